@@ -1,0 +1,498 @@
+"""What a report says, section by section, as rows of strings: the terminal and the Markdown renderers lay
+these out, so both show the same numbers in the same words.
+
+Every function reads the report dict (schema in :mod:`gpuadvisor.report.json`) defensively: a missing
+key, a ``None`` section, an empty list or a non-finite number gives a "—" cell or no rows, never an
+exception.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuadvisor.report.formatting import (
+    MISSING,
+    as_number,
+    format_bytes,
+    format_bytes_per_s,
+    format_count,
+    format_flops_per_s,
+    format_intensity,
+    format_pct,
+    format_us,
+    short_kernel_name,
+)
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+# Percentiles are printed only from this many step samples up; below that p10/p90 say nothing.
+MIN_SAMPLES_FOR_SPREAD = 3
+# The header quotes one compute peak: the first of these the GPU has (training and inference dtypes first).
+PREFERRED_PEAK_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
+
+@dataclass
+class Column:
+    name: str
+    numeric: bool = False  # right-aligned, never wrapped
+    wrap: bool = True  # False for short labels (ids, directions) that read badly when broken
+
+
+@dataclass
+class Table:
+    """A table as strings; renderers style cells by column name (severity, class)."""
+
+    title: str
+    columns: list[Column]
+    rows: list[list[str]] = field(default_factory=list)
+    caption: str = ""
+
+
+def section(report: Any, key: str) -> dict[str, Any]:
+    """``report[key]`` when it is a dict, else an empty dict."""
+    value = report.get(key) if isinstance(report, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def records(report: Any, key: str) -> list[dict[str, Any]]:
+    """``report[key]`` as a list of dicts (non-dict entries dropped), else an empty list."""
+    value = report.get(key) if isinstance(report, dict) else None
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [item for item in value if isinstance(item, dict)]
+
+
+def text(value: Any, default: str = MISSING) -> str:
+    """A value as one line of text; None, NaN and empty strings give ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, float) and not math.isfinite(value):
+        return default
+    result = " ".join(str(value).split())
+    return result or default
+
+
+def percentile(samples: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method) of the finite values in ``samples``."""
+    values = sorted(v for v in (as_number(s) for s in samples) if v is not None)
+    if not values:
+        return None
+    position = (len(values) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+# --- header -------------------------------------------------------------------------------------
+
+
+def source_line(report: Any) -> str:
+    """``trace.json.gz · rank 0 · 12,345 events · 4.20 MB`` (what was analysed)."""
+    source = section(report, "source")
+    parts = [text(source.get("path"), "unknown source")]
+    ranks = source.get("ranks")
+    if isinstance(ranks, (list, tuple)) and ranks:
+        label = "rank" if len(ranks) == 1 else "ranks"
+        shown = ", ".join(text(r) for r in list(ranks)[:8]) + (", …" if len(ranks) > 8 else "")
+        parts.append(f"{label} {shown}")
+    if as_number(source.get("events")) is not None:
+        parts.append(f"{format_count(source.get('events'))} events")
+    if as_number(source.get("size_bytes")) is not None:
+        parts.append(format_bytes(source.get("size_bytes")))
+    return " · ".join(parts)
+
+
+def gpu_line(report: Any) -> str:
+    """``NVIDIA H200 · 132 SMs · sm 9.0 · driver 550.54 · CUDA 12.4 · torch 2.5.1 · triton 3.1.0``."""
+    env = section(report, "env")
+    parts = [text(env.get("gpu_name"), "unknown GPU")]
+    if as_number(env.get("sm_count")) is not None:
+        parts.append(f"{format_count(env.get('sm_count'))} SMs")
+    if env.get("compute_capability"):
+        parts.append(f"sm {text(env.get('compute_capability'))}")
+    for key, label in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"), ("triton", "triton")):
+        if env.get(key):
+            parts.append(f"{label} {text(env.get(key))}")
+    return " · ".join(parts)
+
+
+def clocks_line(report: Any) -> str:
+    """The clocks the run saw (``sm_mhz 1,980 · mem_mhz 3,201``), or "" when not recorded."""
+    clocks = section(report, "env").get("clocks")
+    if not isinstance(clocks, dict) or not clocks:
+        return ""
+    parts = []
+    for key, value in clocks.items():
+        shown = format_count(value) if as_number(value) is not None else text(value)
+        parts.append(f"{text(key)} {shown}")
+    return " · ".join(parts)
+
+
+def peaks_line(report: Any) -> str:
+    """``table (HBM 4.80 TB/s, bf16 989 TFLOP/s)``, or why there is no roof."""
+    peaks = section(report, "peaks")
+    if not peaks:
+        return "none (no % of roof)"
+    flops = peaks.get("flops_per_s") if isinstance(peaks.get("flops_per_s"), dict) else {}
+    figures = []
+    if as_number(peaks.get("hbm_bytes_per_s")) is not None:
+        figures.append(f"HBM {format_bytes_per_s(peaks.get('hbm_bytes_per_s'))}")
+    dtype = next((d for d in PREFERRED_PEAK_DTYPES if d in flops), next(iter(flops), None))
+    if dtype is not None and as_number(flops.get(dtype)) is not None:
+        figures.append(f"{dtype} {format_flops_per_s(flops.get(dtype))}")
+    if not peaks.get("known") and not figures:
+        gpu = text(peaks.get("gpu"), "")
+        named = gpu and gpu.lower() not in {"unknown", "none"}
+        return f"none for {gpu} (no % of roof)" if named else "none for this GPU (no % of roof)"
+    source = text(peaks.get("source"), "table")
+    return f"{source} ({', '.join(figures)})" if figures else source
+
+
+# --- summary ------------------------------------------------------------------------------------
+
+
+def _share_of_step(value_us: Any, step_us: float | None) -> str:
+    value = as_number(value_us)
+    if value is None or not step_us:
+        return ""
+    return f"{format_pct(100 * value / step_us)} of step"
+
+
+def summary_rows(report: Any) -> list[tuple[str, str, str]]:
+    """(metric, value, detail) rows: step time with spread, GPU busy, idle split, launches, syncs."""
+    summary = section(report, "summary")
+    raw_samples = summary.get("samples_us")
+    samples = [v for v in (as_number(s) for s in raw_samples) if v is not None] if isinstance(raw_samples, list) else []
+    step_us = as_number(summary.get("step_time_us"))
+    if step_us is None and samples:
+        step_us = percentile(samples, 50)
+
+    if step_us is None:
+        step_detail = "no steps found"
+    else:
+        step_detail = "1 sample" if len(samples) == 1 else f"median of {len(samples)} samples" if samples else "median"
+        if len(samples) >= MIN_SAMPLES_FOR_SPREAD:
+            step_detail += f", p10 {format_us(percentile(samples, 10))}, p90 {format_us(percentile(samples, 90))}"
+    if summary.get("step_time_source"):
+        step_detail += f"; from {text(summary.get('step_time_source'))}"
+
+    rows = [("Step time", format_us(step_us), step_detail)]
+    if as_number(summary.get("steps")) is not None:
+        rows.append(("Steps in trace", format_count(summary.get("steps")), ""))
+    busy_detail = f"{format_us(summary.get('gpu_busy_us'))} per step" if as_number(summary.get("gpu_busy_us")) else ""
+    rows.append(("GPU busy", format_pct(summary.get("gpu_busy_pct")), busy_detail))
+    for key, label in (
+        ("idle_launch_us", "GPU idle: launch"),
+        ("idle_sync_us", "GPU idle: sync"),
+        ("idle_other_us", "GPU idle: other"),
+    ):
+        rows.append((label, format_us(summary.get(key)), _share_of_step(summary.get(key), step_us)))
+    rows.append(("Kernels per step", format_count(summary.get("kernels_per_step")), ""))
+    launch_detail = ""
+    if as_number(summary.get("launch_call_us_per_step")) is not None:
+        launch_detail = f"{format_us(summary.get('launch_call_us_per_step'))} of CPU per step"
+    rows.append(("Launch calls per step", format_count(summary.get("launch_calls_per_step")), launch_detail))
+    if as_number(summary.get("kernels_shorter_than_launch_pct")) is not None:
+        rows.append(
+            ("Kernels shorter than launch", format_pct(summary.get("kernels_shorter_than_launch_pct")), "of kernels")
+        )
+    rows.append(("Host syncs per step", format_count(summary.get("host_syncs_per_step")), ""))
+    if as_number(summary.get("memcpy_us_per_step")) is not None:
+        rows.append(("Copies per step", format_us(summary.get("memcpy_us_per_step")), "memcpy/memset time on the GPU"))
+    top_finding = _top_finding(report, summary.get("top_finding"))
+    if top_finding:
+        rows.append(("Top finding", "", top_finding))  # a sentence: the wide column
+    by_class = summary_classes(report)
+    if by_class:
+        rows.append(("GPU time by class", "", by_class))
+    return rows
+
+
+def _top_finding(report: Any, top: Any) -> str:
+    """The summary's top finding; a bare rule id is completed with the finding's title and saving."""
+    label = text(top, "")
+    if not label:
+        return ""
+    for finding in records(report, "findings"):
+        if text(finding.get("rule_id"), "") == label:
+            title = text(finding.get("title") or finding.get("name"), "")
+            saving = as_number(finding.get("estimated_saving_us_per_step"))
+            label += f": {title}" if title else ""
+            label += f" (saves ~{format_us(saving)} per step)" if saving else ""
+            break
+    return label
+
+
+def summary_classes(report: Any) -> str:
+    """GPU time per step by roofline class, largest first (``latency 281 µs · memory 102 µs``), or ""."""
+    classes = report.get("kernel_classes") if isinstance(report, dict) else None
+    if not isinstance(classes, dict):
+        return ""
+    pairs = [(text(name), as_number(us)) for name, us in classes.items()]
+    pairs = sorted(((name, us) for name, us in pairs if us), key=lambda pair: -pair[1])
+    return " · ".join(f"{name} {format_us(us)}" for name, us in pairs)
+
+
+# --- kernels ------------------------------------------------------------------------------------
+
+
+def distinct_short_names(names: list[Any], max_chars: int) -> list[str]:
+    """Short names for a list of kernels; different kernels that shorten alike (template instances of
+    one kernel, names cut in the middle) get " (2)", " (3)", … in list order, within ``max_chars``."""
+    shorts = [short_kernel_name(name, max_chars) for name in names]
+    seen: dict[str, list[Any]] = {}
+    result = []
+    for name, short in zip(names, shorts, strict=True):
+        variants = seen.setdefault(short, [])
+        if name not in variants:
+            variants.append(name)
+        number = variants.index(name) + 1
+        if number == 1:
+            result.append(short)
+        else:
+            suffix = f" ({number})"
+            result.append(short_kernel_name(name, max(8, max_chars - len(suffix))) + suffix)
+    return result
+
+
+def kernel_table(report: Any, top: int, name_chars: int, extended: bool = False) -> Table:
+    """The ``top`` kernels by total time. Per-step columns when the report has steps, totals otherwise.
+
+    ``extended`` adds intensity and achieved rates (the Markdown report has the width for them).
+    Values marked estimated (FLOPs/bytes from shapes) carry a ``~`` prefix.
+    """
+    kernels = records(report, "kernels")
+    kernels.sort(key=lambda k: -(as_number(k.get("total_us")) or 0.0))
+    per_step = any(as_number(k.get("us_per_step")) is not None for k in kernels)
+    columns = [Column("#", True), Column("Kernel"), Column("Family")]
+    columns += (
+        [Column("Calls/step", True), Column("µs/step", True)]
+        if per_step
+        else [
+            Column("Calls", True),
+            Column("Total", True),
+        ]
+    )
+    columns += [Column("% GPU", True), Column("Class", wrap=False), Column("% of roof", True)]
+    if extended:
+        columns += [Column("FLOP/byte", True), Column("Achieved", True)]
+
+    shown = kernels[: max(0, top)]
+    table = Table("Top kernels", columns)
+    names = distinct_short_names([k.get("name") for k in shown], name_chars)
+    for index, (kernel, name) in enumerate(zip(shown, names, strict=True), start=1):
+        mark = "~" if kernel.get("estimated") else ""
+        roof = format_pct(kernel.get("pct_of_roof"))
+        row = [str(index), name, text(kernel.get("family"))]
+        if per_step:
+            row += [format_count(kernel.get("count_per_step")), format_us(kernel.get("us_per_step"))]
+        else:
+            row += [format_count(kernel.get("count")), format_us(kernel.get("total_us"))]
+        row += [
+            format_pct(kernel.get("pct_of_gpu_time")),
+            text(kernel.get("bound"), "unknown"),
+            mark + roof if roof != MISSING else roof,
+        ]
+        if extended:
+            intensity = format_intensity(kernel.get("intensity"))
+            rates = [
+                format_flops_per_s(kernel.get("achieved_flops_per_s"))
+                if as_number(kernel.get("achieved_flops_per_s"))
+                else "",
+                format_bytes_per_s(kernel.get("achieved_bytes_per_s"))
+                if as_number(kernel.get("achieved_bytes_per_s"))
+                else "",
+            ]
+            achieved = ", ".join(r for r in rates if r)
+            row += [
+                mark + intensity if intensity != MISSING else intensity,
+                mark + achieved if achieved else MISSING,
+            ]
+        table.rows.append(row)
+
+    if kernels:
+        share = sum(as_number(k.get("pct_of_gpu_time")) or 0.0 for k in shown)
+        caption = f"{len(shown)} of {len(kernels)} kernels listed, {format_pct(share)} of GPU time"
+        if any(k.get("estimated") and as_number(k.get("pct_of_roof")) is not None for k in shown):
+            caption += "; ~ = from estimated FLOPs/bytes"
+        if not any(as_number(k.get("pct_of_roof")) is not None for k in kernels):
+            if section(report, "peaks").get("known"):
+                caption += "; no % of roof: the trace has no FLOP or byte counts for these kernels"
+            else:
+                caption += "; no % of roof without peak figures for this GPU"
+        table.caption = caption
+    return table
+
+
+# --- findings -----------------------------------------------------------------------------------
+
+
+def sorted_findings(report: Any) -> list[dict[str, Any]]:
+    """Findings by estimated saving, largest first; ties by severity."""
+
+    def key(finding: dict[str, Any]) -> tuple[float, int]:
+        saving = as_number(finding.get("estimated_saving_us_per_step"))
+        severity = SEVERITY_ORDER.get(str(finding.get("severity")), len(SEVERITY_ORDER))
+        return (-(saving if saving is not None else -math.inf), severity)
+
+    return sorted(records(report, "findings"), key=key)
+
+
+def finding_table(report: Any) -> Table:
+    table = Table(
+        "Findings",
+        [
+            Column("ID", wrap=False),
+            Column("Severity", wrap=False),
+            Column("Title"),
+            Column("Saving/step", True),
+            Column("% of step", True),
+            Column("Fix", wrap=False),
+        ],
+    )
+    for finding in sorted_findings(report):
+        table.rows.append(
+            [
+                text(finding.get("rule_id")),
+                text(finding.get("severity")),
+                text(finding.get("title") or finding.get("name")),
+                format_us(finding.get("estimated_saving_us_per_step")),
+                format_pct(finding.get("estimated_saving_pct")),
+                text(finding.get("fix_id")),
+            ]
+        )
+    return table
+
+
+def _evidence_value(key: str, value: Any) -> str:
+    """One evidence value, formatted by the unit its key names (``us``, ``pct``, ``bytes``, ``_per_s``)."""
+    if isinstance(value, (list, tuple, dict)):
+        scalars = isinstance(value, (list, tuple)) and all(not isinstance(v, (list, tuple, dict)) for v in value)
+        if scalars and len(value) <= 8:
+            return "[" + ", ".join(text(v) for v in value) + "]"
+        return f"({len(value)} entries in report.json)"
+    number = as_number(value)
+    if number is None:
+        return text(value)
+    words = key.lower().split("_")
+    if "us" in words:
+        return format_us(number)
+    if "pct" in words:
+        return format_pct(number)
+    if key.endswith("bytes_per_s"):
+        return format_bytes_per_s(number)
+    if key.endswith("flops_per_s"):
+        return format_flops_per_s(number)
+    if "bytes" in words:
+        return format_bytes(number)
+    if float(number).is_integer() or abs(number) >= 100:
+        return format_count(number)
+    return f"{number:.3g}"
+
+
+def evidence_text(finding: dict[str, Any]) -> str:
+    """``key=value, …`` from a finding's evidence, each value formatted by the unit its key names."""
+    evidence = finding.get("evidence")
+    if not isinstance(evidence, dict):
+        return ""
+    return ", ".join(f"{text(key)}={_evidence_value(str(key), value)}" for key, value in evidence.items())
+
+
+# --- transfers, host syncs, steps ---------------------------------------------------------------
+
+
+def transfer_table(report: Any) -> Table:
+    table = Table(
+        "Transfers",
+        [
+            Column("Direction", wrap=False),
+            Column("From → to"),
+            Column("Count", True),
+            Column("Bytes", True),
+            Column("Time", True),
+            Column("Rate", True),
+            Column("Notes"),
+        ],
+    )
+    for transfer in records(report, "transfers"):
+        notes = []
+        if transfer.get("pageable"):
+            notes.append("pageable")
+        if transfer.get("sync"):
+            notes.append("synchronous")
+        table.rows.append(
+            [
+                text(transfer.get("direction")),
+                f"{text(transfer.get('src_kind'), '?')} → {text(transfer.get('dst_kind'), '?')}",
+                format_count(transfer.get("count")),
+                format_bytes(transfer.get("bytes")),
+                format_us(transfer.get("total_us")),
+                format_bytes_per_s(transfer.get("bytes_per_s")),
+                ", ".join(notes),
+            ]
+        )
+    return table
+
+
+def host_sync_table(report: Any, limit: int = 10) -> Table:
+    """The ``limit`` host synchronizations that cost the most time, with the operator that caused each."""
+    syncs = records(report, "host_syncs")
+    syncs.sort(key=lambda sync: -(as_number(sync.get("total_us")) or 0.0))
+    has_op = any(sync.get("op") for sync in syncs)
+    has_source = any(sync.get("source") for sync in syncs)
+    columns = [Column("Call")]
+    columns += [Column("Op")] if has_op else []
+    columns += [Column("Count", True), Column("Per step", True), Column("Time", True)]
+    columns += [Column("Source")] if has_source else []
+    table = Table("Host syncs", columns)
+    for sync in syncs[: max(0, limit)]:
+        row = [text(sync.get("name"))]
+        row += [text(sync.get("op"))] if has_op else []
+        row += [format_count(sync.get("count")), format_count(sync.get("per_step")), format_us(sync.get("total_us"))]
+        row += [text(sync.get("source"))] if has_source else []
+        table.rows.append(row)
+    if len(syncs) > limit:
+        table.caption = f"{min(limit, len(syncs))} of {len(syncs)} sync sites, by time"
+    return table
+
+
+def step_table(report: Any) -> Table:
+    table = Table(
+        "Steps",
+        [
+            Column("Step", True),
+            Column("Time", True),
+            Column("GPU busy", True),
+            Column("Idle: launch", True),
+            Column("Idle: sync", True),
+            Column("Idle: other", True),
+            Column("Kernels", True),
+            Column("Host syncs", True),
+        ],
+    )
+    for step in records(report, "steps"):
+        table.rows.append(
+            [
+                text(step.get("step")),
+                format_us(step.get("step_time_us")),
+                format_pct(step.get("gpu_busy_pct")),
+                format_us(step.get("idle_launch_us")),
+                format_us(step.get("idle_sync_us")),
+                format_us(step.get("idle_other_us")),
+                format_count(step.get("kernels")),
+                format_count(step.get("host_syncs")),
+            ]
+        )
+    return table
+
+
+def notes(report: Any) -> list[str]:
+    value = report.get("notes") if isinstance(report, dict) else None
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [text(note) for note in value if text(note, "")]
+
+
+def skipped_rules(report: Any) -> list[tuple[str, str]]:
+    return [(text(s.get("rule_id")), text(s.get("reason"), "")) for s in records(report, "skipped_rules")]
