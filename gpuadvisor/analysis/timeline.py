@@ -1,0 +1,249 @@
+"""Where each step's time goes: GPU busy, and GPU idle split by what it waited for.
+
+A step's window runs from its start (the ProfilerStep annotation, or the end of the previous step's GPU
+work when the GPU is still busy with it) to the later of the annotation's end and the end of the GPU
+work launched inside the step. Inside the window, the GPU is busy where any kernel, memcpy or memset
+runs (any stream), and idle elsewhere. Each idle gap is classified by what ended it:
+
+- ``sync``: a host synchronization (cudaStreamSynchronize, cudaDeviceSynchronize, a synchronous
+  cudaMemcpy, ...) returned inside the gap: the host waited for the GPU to drain, then the GPU waited
+  for the host to queue new work;
+- ``launch``: the work that ended the gap was launched after the gap began: the GPU waited for the CPU;
+- ``other``: the work was already queued (waits on events, other streams, dependencies).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from gpuadvisor.analysis.linking import (
+    LAUNCH_CALL_PATTERN,
+    SYNC_CALL_PATTERN,
+    assign_steps,
+    gpu_activities,
+    step_windows,
+    union_intervals,
+)
+from gpuadvisor.trace.model import Trace
+
+# A sync call that returns within this many µs before the GPU went idle still explains the gap: the
+# call's end and the last kernel's end are recorded by different clocks (host vs CUPTI).
+SYNC_SLACK_US = 2.0
+
+STEP_COLUMNS = [
+    "step",
+    "start_us",
+    "end_us",
+    "step_time_us",
+    "gpu_busy_us",
+    "gpu_busy_pct",
+    "idle_launch_us",
+    "idle_sync_us",
+    "idle_other_us",
+    "kernels",
+    "memcpys",
+    "host_syncs",
+    "launch_calls",
+    "launch_call_us",
+    "kernels_shorter_than_launch",
+    "median_queue_depth",
+]
+
+
+def sync_calls(trace: Trace) -> pd.DataFrame:
+    """Host calls that block on the GPU. Columns as ``trace.runtime`` plus step_index."""
+    rt = trace.runtime
+    if not len(rt):
+        return rt.assign(step_index=pd.Series(dtype=np.int64))
+    calls = rt[rt["name"].str.contains(SYNC_CALL_PATTERN, regex=True)].copy()
+    calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
+    return calls
+
+
+def launch_calls(trace: Trace) -> pd.DataFrame:
+    """Host calls that launch GPU work. Columns as ``trace.runtime`` plus step_index."""
+    rt = trace.runtime
+    if not len(rt):
+        return rt.assign(step_index=pd.Series(dtype=np.int64))
+    calls = rt[rt["name"].str.contains(LAUNCH_CALL_PATTERN, regex=True)].copy()
+    calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
+    return calls
+
+
+def queue_depth_at_launch(acts: pd.DataFrame) -> np.ndarray:
+    """For each activity, how many earlier-launched activities were still queued or running at its launch."""
+    launch = acts["launch_ts_us"].to_numpy()
+    known = ~np.isnan(launch)
+    depth = np.full(len(acts), np.nan)
+    if not known.any():
+        return depth
+    launched_sorted = np.sort(launch[known])
+    ended_sorted = np.sort(acts["end_us"].to_numpy()[known])
+    lk = launch[known]
+    launched_before = np.searchsorted(launched_sorted, lk, side="left")
+    ended_before = np.searchsorted(ended_sorted, lk, side="right")
+    depth[known] = np.maximum(launched_before - ended_before, 0)
+    return depth
+
+
+def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per step. Columns (µs unless named otherwise):
+
+    step, start_us, end_us (the step's window), step_time_us, gpu_busy_us, gpu_busy_pct (%),
+    idle_launch_us, idle_sync_us, idle_other_us (idle split; the three add up to step - busy),
+    kernels, memcpys (counts launched in the step, memsets included in memcpys), host_syncs (count),
+    launch_calls (count), launch_call_us (host time inside launch calls), kernels_shorter_than_launch
+    (count of kernels that ran shorter than their own launch call), median_queue_depth (activities
+    queued ahead of each launch, median).
+    """
+    if acts is None:
+        acts = gpu_activities(trace)
+    steps = step_windows(trace)
+    if not len(steps):
+        return pd.DataFrame({c: [] for c in STEP_COLUMNS})
+    busy_s, busy_e = union_intervals(acts["ts_us"].to_numpy(float), acts["end_us"].to_numpy(float))
+    # The launch of the activity that opens each busy interval: tells whether the GPU waited for it.
+    if len(acts):
+        order = np.argsort(acts["ts_us"].to_numpy(float), kind="stable")
+        sorted_ts = acts["ts_us"].to_numpy(float)[order]
+        sorted_launch_end = (acts["launch_ts_us"] + acts["launch_dur_us"]).to_numpy(float)[order]
+        first_idx = np.searchsorted(sorted_ts, busy_s, side="left")
+        opener_launch_end = sorted_launch_end[np.minimum(first_idx, len(sorted_ts) - 1)]
+    else:
+        opener_launch_end = np.empty(0)
+    syncs = sync_calls(trace)
+    sync_ends = np.sort(syncs["end_us"].to_numpy(float)) if len(syncs) else np.empty(0)
+    launches = launch_calls(trace)
+    depth = queue_depth_at_launch(acts)
+    acts_step = acts["step_index"].to_numpy()
+    is_kernel = (acts["kind"] == "kernel").to_numpy()
+    shorter = is_kernel & (acts["dur_us"].to_numpy(float) < acts["launch_dur_us"].to_numpy(float))
+
+    rows = []
+    prev_gpu_end = -np.inf
+    for i, (step, s0, s1) in enumerate(zip(steps["step"], steps["ts_us"], steps["end_us"])):
+        mine = acts_step == i
+        gpu_start = acts["ts_us"].to_numpy(float)[mine].min() if mine.any() else np.inf
+        gpu_end = acts["end_us"].to_numpy(float)[mine].max() if mine.any() else -np.inf
+        w0 = max(s0, min(prev_gpu_end, gpu_start))
+        w1 = max(s1, gpu_end)
+        prev_gpu_end = max(prev_gpu_end, gpu_end)
+        # Busy intervals clipped to the window.
+        lo = np.searchsorted(busy_e, w0, side="right")
+        hi = np.searchsorted(busy_s, w1, side="left")
+        bs = np.clip(busy_s[lo:hi], w0, w1)
+        be = np.clip(busy_e[lo:hi], w0, w1)
+        busy = float((be - bs).sum())
+        # Gaps: before each busy interval, and the tail.
+        gap_s = np.concatenate(([w0], be))
+        gap_e = np.concatenate((bs, [w1]))
+        openers = np.concatenate((opener_launch_end[lo:hi], [np.nan]))
+        idle = {"launch": 0.0, "sync": 0.0, "other": 0.0}
+        for g0, g1, opener in zip(gap_s, gap_e, openers):
+            length = g1 - g0
+            if length <= 0:
+                continue
+            j = np.searchsorted(sync_ends, g0 - SYNC_SLACK_US, side="left")
+            if j < len(sync_ends) and sync_ends[j] <= g1:
+                idle["sync"] += length
+            elif np.isnan(opener) or opener >= g0:
+                # Tail gaps (no opener) are host time after the last launch: the GPU waits for the CPU.
+                idle["launch"] += length
+            else:
+                idle["other"] += length
+        step_time = w1 - w0
+        step_launches = launches[launches["step_index"] == i] if len(launches) else launches
+        step_depth = depth[mine & ~np.isnan(depth)] if len(depth) else np.empty(0)
+        rows.append(
+            {
+                "step": int(step),
+                "start_us": w0,
+                "end_us": w1,
+                "step_time_us": step_time,
+                "gpu_busy_us": busy,
+                "gpu_busy_pct": 100.0 * busy / step_time if step_time > 0 else np.nan,
+                "idle_launch_us": idle["launch"],
+                "idle_sync_us": idle["sync"],
+                "idle_other_us": idle["other"],
+                "kernels": int((mine & is_kernel).sum()),
+                "memcpys": int((mine & ~is_kernel).sum()),
+                "host_syncs": int((syncs["step_index"] == i).sum()) if len(syncs) else 0,
+                "launch_calls": len(step_launches),
+                "launch_call_us": float(step_launches["dur_us"].sum()) if len(step_launches) else 0.0,
+                "kernels_shorter_than_launch": int((mine & shorter).sum()),
+                "median_queue_depth": float(np.median(step_depth)) if len(step_depth) else np.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+_FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/torch/", "/lib/python", "<built-in", "<frozen", "gpuadvisor/")
+
+
+def user_frames(trace: Trace) -> pd.DataFrame:
+    """Python frames from the user's own files (no library code). Columns: ts_us, end_us, tid, location."""
+    frames = trace.python_frames
+    if not len(frames):
+        return pd.DataFrame({"ts_us": [], "end_us": [], "tid": [], "location": []})
+    names = frames["name"]
+    keep = names.str.match(_FRAME_RE.pattern) & ~names.apply(lambda n: any(m in n for m in _LIBRARY_MARKERS))
+    sel = frames[keep]
+    loc = sel["name"].str.extract(_FRAME_RE.pattern)
+    location = loc["file"] + ":" + loc["line"] + " (" + loc["func"] + ")"
+    return pd.DataFrame(
+        {
+            "ts_us": sel["ts_us"].to_numpy(),
+            "end_us": sel["end_us"].to_numpy(),
+            "tid": sel["tid"].astype(str).to_numpy(),
+            "location": location.to_numpy(),
+        }
+    )
+
+
+def source_line(frames: pd.DataFrame, ts_us: float, tid) -> str | None:
+    """The innermost user frame on thread ``tid`` that encloses ``ts_us``, as "file:line (function)"."""
+    if not len(frames):
+        return None
+    sel = frames[(frames["tid"] == str(tid)) & (frames["ts_us"] <= ts_us) & (frames["end_us"] >= ts_us)]
+    if not len(sel):
+        return None
+    return str(sel.loc[sel["ts_us"].idxmax(), "location"])
+
+
+def host_sync_table(trace: Trace, frames: pd.DataFrame | None = None, max_lookups: int = 200) -> pd.DataFrame:
+    """Host synchronizations grouped by call, operator and source line.
+
+    Columns: name (the blocking call), op (the operator that issued it, e.g. aten::_local_scalar_dense
+    for ``.item()``; None when unknown), source (user file:line when the trace has Python stacks),
+    count, total_us (host time blocked), steps_seen (steps with at least one).
+    """
+    calls = sync_calls(trace)
+    cols = ["name", "op", "source", "count", "total_us", "steps_seen"]
+    if not len(calls):
+        return pd.DataFrame({c: [] for c in cols})
+    ops = trace.cpu_ops[["rank", "external_id", "name"]].drop_duplicates(["rank", "external_id"])
+    ops = ops.rename(columns={"name": "op"})
+    calls = calls.merge(ops, on=["rank", "external_id"], how="left")
+    if frames is None:
+        frames = user_frames(trace)
+    sources = []
+    for n, (ts, tid) in enumerate(zip(calls["ts_us"], calls["tid"])):
+        sources.append(source_line(frames, ts, tid) if n < max_lookups else None)
+    calls["source"] = sources
+    grouped = (
+        calls.groupby(["name", calls["op"].fillna(""), calls["source"].fillna("")], sort=False)
+        .agg(
+            count=("ts_us", "size"),
+            total_us=("dur_us", "sum"),
+            steps_seen=("step_index", lambda s: int(s[s >= 0].nunique())),
+        )
+        .reset_index()
+    )
+    grouped.columns = cols
+    for col in ("op", "source"):
+        grouped[col] = pd.Series([v if isinstance(v, str) and v else None for v in grouped[col]], dtype=object)
+    return grouped.sort_values("total_us", ascending=False).reset_index(drop=True)

@@ -1,0 +1,289 @@
+"""The `gpuadvisor` command line: one small function per command; errors map to exit codes here.
+
+Exit codes: 0 success; 1 `--fail-on` matched (or a gate regression); 2 bad input or usage;
+3 the user's own code failed; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuadvisor import __version__
+from gpuadvisor.errors import EXIT_FINDINGS, BadInputError, GpuAdvisorError
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in gpuadvisor, not in the input
+
+app = typer.Typer(
+    name="gpuadvisor",
+    help=(
+        "Why is my GPU step slow? gpuadvisor reads a PyTorch profiler trace, classifies every kernel by roofline "
+        "(compute, memory, latency or launch bound), finds launch gaps, host syncs and pageable copies, and ranks "
+        "the findings by the time they cost."
+    ),
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
+DEFAULT_SAMPLE = "llama_decode"
+_DEBUG = False
+
+
+class OutputFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+    markdown = "markdown"
+
+
+class Severity(str, Enum):
+    high = "high"
+    medium = "medium"
+    low = "low"
+    info = "info"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuadvisor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool | None, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks instead of one-line errors.")] = False,
+) -> None:
+    global _DEBUG
+    _DEBUG = debug
+
+
+def _sample_path(name: str) -> Path:
+    available = sorted(p.name.removesuffix(".json.gz") for p in SAMPLES_DIR.glob("*.json.gz"))
+    path = SAMPLES_DIR / f"{name}.json.gz"
+    if not path.is_file():
+        known = ", ".join(available) if available else "none found (samples ship with a source checkout)"
+        raise BadInputError(f"no bundled sample '{name}' (available: {known})")
+    return path
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+@app.command()
+def analyze(
+    trace: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A Kineto trace from torch.profiler (.json or .json.gz), or a folder of per-rank traces. "
+            f"Leave it out to analyze the bundled '{DEFAULT_SAMPLE}' sample.",
+            show_default=False,
+        ),
+    ] = None,
+    sample: Annotated[
+        str | None,
+        typer.Option(
+            "--sample", help="Analyze a bundled sample trace: llama_decode, add_rmsnorm, gemm, input_pipeline."
+        ),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
+    ] = OutputFormat.terminal,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Also write report.json and report.md into this folder.")
+    ] = None,
+    peaks: Annotated[
+        Path | None, typer.Option("--peaks", help="TOML/JSON file with this GPU's peaks (overrides the table).")
+    ] = None,
+    rules: Annotated[
+        Path | None, typer.Option("--rules", help="Folder of extra rule files; same ids override built-ins.")
+    ] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Which rank to analyze in a multi-rank folder.")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Kernels to show in the terminal.")] = 10,
+    fail_on: Annotated[
+        Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists.")
+    ] = None,
+) -> None:
+    """Analyze a profiler trace: roofline class per kernel, step time breakdown, ranked findings.
+
+    Examples:
+
+      gpuadvisor analyze                        # the bundled LLM decode sample
+
+      gpuadvisor analyze trace.json.gz --out report/
+
+      gpuadvisor analyze traces/ --rank 1 --format json > rank1.json
+    """
+    from gpuadvisor.pipeline import analyze_path
+
+    if trace is not None and sample is not None:
+        raise BadInputError("give a trace path or --sample, not both")
+    path = trace if trace is not None else _sample_path(sample or DEFAULT_SAMPLE)
+    status_console = _console(stderr=True)
+    with status_console.status(f"Analyzing {path} …", spinner="dots") if sys.stderr.isatty() else _nullcontext():
+        report = analyze_path(path, peaks_file=peaks, rules_dir=rules, rank=rank)
+    _emit(report, output_format, out, top)
+    _check_fail_on(report, fail_on)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _emit(report: dict, output_format: OutputFormat, out: Path | None, top: int) -> None:
+    if out is not None:
+        from gpuadvisor.report.write import write_reports
+
+        write_reports(report, out, ["json", "markdown"])
+    if output_format is OutputFormat.json:
+        from gpuadvisor.report.json import to_json
+
+        sys.stdout.write(to_json(report) + "\n")
+    elif output_format is OutputFormat.markdown:
+        from gpuadvisor.report.markdown import render_markdown
+
+        sys.stdout.write(render_markdown(report))
+    else:
+        from gpuadvisor.report.terminal import render_terminal
+
+        render_terminal(report, _console(), top=top)
+        if out is not None:
+            _console().print(f"[dim]wrote {out / 'report.json'} and {out / 'report.md'}[/dim]")
+
+
+def _check_fail_on(report: dict, fail_on: Severity | None) -> None:
+    if fail_on is None:
+        return
+    from gpuadvisor.rules.engine import SEVERITY_RANK
+
+    limit = SEVERITY_RANK[fail_on.value]
+    hits = [f for f in report.get("findings", []) if SEVERITY_RANK.get(f["severity"], 9) <= limit]
+    if hits:
+        _error_line(f"--fail-on {fail_on.value}: {len(hits)} finding(s) at or above it")
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("rules")
+def list_rules(
+    rules: Annotated[Path | None, typer.Option("--rules", help="Folder of extra rule files to include.")] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="terminal, json or markdown (the README's rule table).")
+    ] = OutputFormat.terminal,
+) -> None:
+    """List the rules: id, severity, category, the `apply` fix that addresses it, and its title."""
+    from gpuadvisor.rules.engine import load_rules
+
+    loaded = load_rules(rules)
+    if output_format is OutputFormat.json:
+        import json
+
+        rows = [
+            {
+                "id": r.id,
+                "name": r.name,
+                "title": r.title,
+                "category": r.category,
+                "severity": r.severity,
+                "fix_id": r.fix_id,
+                "thresholds": r.thresholds,
+            }
+            for r in loaded
+        ]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    if output_format is OutputFormat.markdown:
+        lines = ["| id | name | severity | category | fix | title |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in loaded:
+            lines.append(f"| {r.id} | {r.name} | {r.severity} | {r.category} | {r.fix_id or ''} | {r.title} |")
+        sys.stdout.write("\n".join(lines) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title="gpuadvisor rules", title_justify="left")
+    for col in ("id", "name", "severity", "category", "fix", "title"):
+        table.add_column(col, overflow="fold")
+    for r in loaded:
+        table.add_row(r.id, r.name, r.severity, r.category, r.fix_id or "", r.title)
+    _console().print(table)
+    _console().print("[dim]gpuadvisor explain GA101 shows what a rule detects, why it matters and the fix.[/dim]")
+
+
+@app.command()
+def explain(
+    rule_id: Annotated[str, typer.Argument(help="A rule id (GA101) or name (launch-bound).")],
+    rules: Annotated[Path | None, typer.Option("--rules", help="Folder of extra rule files to include.")] = None,
+) -> None:
+    """Explain a rule: what it detects, why it costs time, an example, and the fix."""
+    from rich.markdown import Markdown
+
+    from gpuadvisor.rules.engine import find_rule, load_rules
+
+    rule = find_rule(rule_id, load_rules(rules))
+    thresholds = "\n".join(f"- `{k}` = {v:g}" for k, v in rule.thresholds.items()) or "- none"
+    refs = "\n".join(f"- {r}" for r in rule.references) or "- none"
+    fix_line = f"\n\nApply it: `gpuadvisor apply model.py --fix {rule.fix_id}`" if rule.fix_id else ""
+    text = (
+        f"# {rule.id} {rule.name}: {rule.title}\n\n"
+        f"*severity* {rule.severity} · *category* {rule.category} · *detector* `{rule.detector}`\n\n"
+        f"## What it does\n\n{rule.doc['what']}\n\n## Why is this bad?\n\n{rule.doc['why']}\n\n"
+        f"## Example\n\n```python\n{rule.doc['example']}\n```\n\n## Use instead\n\n{rule.doc['fix']}{fix_line}\n\n"
+        f"## Thresholds\n\n{thresholds}\n\n## References\n\n{refs}\n"
+    )
+    _console().print(Markdown(text))
+
+
+def main() -> None:
+    """Entry point: run the app, mapping errors to one line and an exit code."""
+    try:
+        code = app(standalone_mode=False)
+    except GpuAdvisorError as exc:
+        if _DEBUG:
+            raise
+        _error_line(f"error: {exc}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _error_line("interrupted: nothing was written")
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the CLI must not print a traceback without --debug
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            _error_line("interrupted: nothing was written")
+            sys.exit(130)
+        if _DEBUG:
+            raise
+        _error_line(f"error: internal error ({type(exc).__name__}: {exc}); rerun with --debug for the traceback")
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _error_line(message: str) -> None:
+    """Print exactly one line on stderr (no wrapping, no markup)."""
+    sys.stderr.write(" ".join(message.split()) + "\n")
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    main()

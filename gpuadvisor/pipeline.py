@@ -1,0 +1,58 @@
+"""The analyze pipeline: trace file -> tables -> analyses -> findings -> report dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuadvisor.errors import BadInputError
+
+
+def analyze_trace_object(
+    trace, *, peaks_file=None, rules=None, command: str = "analyze", env: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Analyze an already-loaded single-rank :class:`Trace` into a report dict (built-in rules by default)."""
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.report.build import build_report
+    from gpuadvisor.rules.engine import load_rules, run_rules
+
+    if rules is None:
+        rules = load_rules()
+    peaks = lookup_peaks(trace.device, peaks_file)
+    analysis = analyze_trace(trace, peaks)
+    findings, skipped = run_rules(analysis, rules)
+    return build_report(analysis, findings, skipped, command=command, env=env)
+
+
+def analyze_path(path: str | Path, *, peaks_file=None, rules_dir=None, rank: int | None = None) -> dict[str, Any]:
+    """Load a trace (file or folder of rank files) and analyze one rank of it."""
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.rules.engine import load_rules
+    from gpuadvisor.trace.kineto import load_trace
+
+    rules = load_rules(rules_dir)  # a bad --rules folder or --peaks file fails before the trace is read
+    if peaks_file is not None:
+        lookup_peaks(None, peaks_file)
+    trace = load_trace(path)
+    notes = []
+    if len(trace.ranks) > 1:
+        chosen = trace.ranks[0] if rank is None else rank
+        if chosen not in trace.ranks:
+            raise BadInputError(f"{path}: no rank {chosen} (ranks: {', '.join(map(str, trace.ranks))})")
+        notes.append(f"{len(trace.ranks)} ranks in {path}; this report covers rank {chosen} (use --rank N)")
+        trace = trace.for_rank(chosen)
+    elif rank is not None and rank not in trace.ranks:
+        raise BadInputError(f"{path}: no rank {rank} (the trace is rank {trace.ranks[0]})")
+    if not trace.has_gpu_activity:
+        if trace.other_device_events:
+            raise BadInputError(
+                f"{path}: no CUDA/HIP GPU kernels in this trace ({trace.other_device_events} events of another "
+                "accelerator type, which gpuadvisor does not analyze)"
+            )
+        raise BadInputError(
+            f"{path}: no GPU kernels in this trace (CPU-only profile; record with ProfilerActivity.CUDA)"
+        )
+    report = analyze_trace_object(trace, peaks_file=peaks_file, rules=rules)
+    report["notes"] = notes + report["notes"]
+    return report

@@ -1,0 +1,286 @@
+"""Built-in detectors. Each reads the :class:`~gpuadvisor.analysis.bundle.Analysis` tables and its rule's
+thresholds, and returns a finding with evidence and an estimated saving per step (or None)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gpuadvisor.analysis.bundle import Analysis
+from gpuadvisor.analysis.timeline import source_line
+from gpuadvisor.device.peaks import peak_flops
+from gpuadvisor.report.formatting import short_kernel_name
+from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding
+
+_CHAIN_FAMILIES = {"elementwise", "normalization", "reduction", "copy"}
+_SYNC_OP_HINTS = {
+    "aten::_local_scalar_dense": ".item() / a Python number from a tensor",
+    "aten::item": ".item()",
+    "aten::nonzero": "nonzero / boolean-mask indexing",
+    "aten::to": ".to(cpu) / .cpu()",
+    "aten::_to_copy": ".to(cpu) / .cpu()",
+    "aten::copy_": "a copy to the host",
+    "aten::masked_select": "boolean-mask indexing",
+    "aten::unique": "unique",
+    "aten::repeat_interleave": "repeat_interleave with a tensor count",
+}
+
+
+def _in_steps(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["step_index"] >= 0]
+
+
+def _r(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None or x != x else round(float(x), digits)
+
+
+@detector("launch_bound")
+def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
+    step = a.step_time_us
+    if not step:
+        raise SkipRule("no step time")
+    idle_launch = a.median("idle_launch_us") or 0.0
+    idle_pct = 100.0 * idle_launch / step
+    if idle_pct < rule.threshold("min_launch_idle_pct"):
+        return None
+    busy = a.median("gpu_busy_us") or 0.0
+    kernels = a.median("kernels") or 0.0
+    launches = a.median("launch_calls") or 0.0
+    shorter = a.steps["kernels_shorter_than_launch"].sum() / max(a.steps["kernels"].sum(), 1) * 100.0
+    overhead = rule.threshold("graph_overhead_us_per_kernel")
+    # With the step in one graph, what is left is the GPU's own work plus a small per-kernel cost.
+    saving = min(idle_launch, step - busy - kernels * overhead)
+    predicted = step - saving
+    syncs = a.median("host_syncs") or 0.0
+    caveat = (
+        f" The step has {syncs:.0f} host sync(s) per step (see GA401); a graph cannot capture them, so they must go first."
+        if syncs >= 1
+        else ""
+    )
+    message = (
+        f"The GPU is idle {idle_pct:.0f}% of the step waiting for kernel launches: {kernels:.0f} kernels per step, "
+        f"GPU busy {100 * busy / step:.0f}%, {shorter:.0f}% of kernels ran shorter than their own launch call. "
+        f"Replaying the step as one CUDA graph would take about {predicted:,.0f} µs instead of {step:,.0f} µs.{caveat}"
+    )
+    evidence = {
+        "step_time_us": _r(step),
+        "gpu_busy_us": _r(busy),
+        "gpu_busy_pct": _r(100 * busy / step),
+        "idle_launch_us": _r(idle_launch),
+        "idle_launch_pct": _r(idle_pct),
+        "kernels_per_step": _r(kernels),
+        "launch_calls_per_step": _r(launches),
+        "launch_call_us_per_step": _r(a.median("launch_call_us")),
+        "kernels_shorter_than_launch_pct": _r(shorter),
+        "predicted_step_us_with_graph": _r(predicted),
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+@detector("underfilled_kernels")
+def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
+    sm_count = a.peaks.sm_count
+    if not sm_count:
+        raise SkipRule("the trace does not say how many SMs the GPU has (no deviceProperties)")
+    k = _in_steps(a.kernels)
+    # Communication kernels are sized by the collective, not by the SM count: leave them out.
+    k = k[(k["blocks"] > 0) & (k["family"] != "communication")]
+    if not len(k) or not a.n_steps:
+        return None
+    max_blocks = rule.threshold("max_waves") * sm_count
+    under = k[(k["blocks"] < max_blocks) & (k["bound"].isin(["latency", "launch"]) | (k["blocks"] < sm_count))]
+    share = 100.0 * under["dur_us"].sum() / k["dur_us"].sum()
+    if share < rule.threshold("min_share_of_gpu_time_pct"):
+        return None
+    bw = a.peaks.hbm_bytes_per_s
+    dur = under["dur_us"].to_numpy(float)
+    if bw:
+        floor = under["bytes"].to_numpy(float) / bw * 1e6
+        # Where bytes are unknown, assume half of the idle SMs' share is recoverable.
+        fallback = dur * (1 - under["blocks"].to_numpy(float) / sm_count) / 2
+        saving = np.where(np.isfinite(floor), np.clip(dur - floor, 0, None), fallback).sum()
+    else:
+        saving = (dur * (1 - under["blocks"].to_numpy(float) / sm_count) / 2).sum()
+    per_step = saving / a.n_steps
+    top = under.groupby("name")["dur_us"].sum().sort_values(ascending=False).head(3)
+    message = (
+        f"{share:.0f}% of GPU time is in kernels whose grid is smaller than one wave "
+        f"(median {under['blocks'].median():.0f} blocks on {sm_count} SMs): most SMs idle while they run. "
+        f"Largest: {', '.join(short_kernel_name(n) for n in top.index)}."
+    )
+    evidence = {
+        "share_of_gpu_time_pct": _r(share),
+        "kernels_per_step": _r(len(under) / a.n_steps),
+        "us_per_step": _r(under["dur_us"].sum() / a.n_steps),
+        "median_blocks": _r(under["blocks"].median(), 0),
+        "sm_count": sm_count,
+    }
+    return make_finding(rule, a, message, evidence, per_step)
+
+
+def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> list[pd.DataFrame]:
+    eligible = (
+        k["family"].isin(_CHAIN_FAMILIES) & (k["bound"] != "compute") & ~(k["intensity"] > max_intensity)
+    ).to_numpy()
+    chains = []
+    for (_, _stream), g in k.assign(eligible=eligible).groupby(["step_index", "stream"], sort=False):
+        flags = g["eligible"].to_numpy()
+        start = None
+        for i, flag in enumerate(list(flags) + [False]):
+            if flag and start is None:
+                start = i
+            elif not flag and start is not None:
+                if i - start >= min_length:
+                    chains.append(g.iloc[start:i])
+                start = None
+    return chains
+
+
+@detector("elementwise_chain")
+def elementwise_chain(a: Analysis, rule: Rule) -> Finding | None:
+    k = _in_steps(a.kernels).sort_values("ts_us")
+    if not len(k) or not a.n_steps or not a.step_time_us:
+        return None
+    chains = _chains(k, int(rule.threshold("min_chain_length")), rule.threshold("max_intensity_flop_per_byte"))
+    if not chains:
+        return None
+    chain_us = sum(c["dur_us"].sum() for c in chains) / a.n_steps
+    if 100.0 * chain_us / a.step_time_us < rule.threshold("min_share_of_step_pct"):
+        return None
+    # A fused kernel reads the chain's inputs once and writes its outputs once: about the traffic, and so
+    # the time, of the chain's largest member (H200, add+RMSNorm 16384x4096 bf16: eager chain 952 µs,
+    # largest member ~130 µs, one fused Triton kernel 133 µs).
+    saving = sum(c["dur_us"].sum() - c["dur_us"].max() for c in chains) / a.n_steps
+    biggest = max(chains, key=lambda c: c["dur_us"].sum())
+    ops = [o if isinstance(o, str) else short_kernel_name(n) for o, n in zip(biggest["op"], biggest["name"])]
+    message = (
+        f"{len(chains) / a.n_steps:.1f} chain(s) per step of {np.mean([len(c) for c in chains]):.1f} memory-bound "
+        f"elementwise/normalization kernels in a row ({chain_us:,.0f} µs/step, {100 * chain_us / a.step_time_us:.0f}% "
+        f"of the step). Each kernel reads and writes whole tensors; fused, the chain would move its data once. "
+        f"Largest chain: {' → '.join(ops[:8])}{' → …' if len(ops) > 8 else ''}."
+    )
+    evidence = {
+        "chains_per_step": _r(len(chains) / a.n_steps),
+        "kernels_in_chains_per_step": _r(sum(len(c) for c in chains) / a.n_steps),
+        "chain_us_per_step": _r(chain_us),
+        "longest_chain": int(max(len(c) for c in chains)),
+        "largest_chain_us": _r(biggest["dur_us"].sum()),
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+@detector("fp32_matmul")
+def fp32_matmul(a: Analysis, rule: Rule) -> Finding | None:
+    k = _in_steps(a.kernels)
+    if not len(k) or not a.n_steps:
+        return None
+    cc = a.trace.device.compute_capability if a.trace.device else None
+    if cc is not None and cc < (7, 0):
+        raise SkipRule("the GPU has no tensor cores (compute capability below 7.0)")
+    names = k["name"].str.lower()
+    fp32_gemm = (
+        (k["family"] == "gemm")
+        & k["dtype"].isin(["float", "c10::Float"])
+        & ~names.str.contains("tf32|bf16|f16|fp16|h884|h1688|s16816|tensorop|i8", regex=True)
+    )
+    sel = k[fp32_gemm]
+    share = 100.0 * sel["dur_us"].sum() / k["dur_us"].sum() if len(sel) else 0.0
+    if share < rule.threshold("min_share_of_gpu_time_pct"):
+        return None
+    fp32 = peak_flops(a.peaks, "fp32")
+    tf32 = peak_flops(a.peaks, "tf32")
+    # Compute-bound GEMMs speed up by the ratio of the roofs; assume half when the GPU's peaks are unknown.
+    speedup_share = 1 - fp32 / tf32 if fp32 and tf32 else 0.5
+    time_per_step = sel["dur_us"].sum() / a.n_steps
+    saving = time_per_step * speedup_share
+    achieved = sel["flops"].sum() / (sel["dur_us"].sum() * 1e-6) if sel["flops"].notna().any() else None
+    message = (
+        f"{share:.0f}% of GPU time ({time_per_step:,.0f} µs/step) is fp32 matrix multiplication on the CUDA cores"
+        + (f" at {achieved / 1e12:.0f} TFLOP/s" if achieved else "")
+        + (
+            f"; the tensor cores' TF32 roof is {tf32 / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.0f}"
+            if fp32 and tf32
+            else ""
+        )
+        + "."
+    )
+    evidence = {
+        "share_of_gpu_time_pct": _r(share),
+        "us_per_step": _r(time_per_step),
+        "kernels_per_step": _r(len(sel) / a.n_steps),
+        "achieved_tflops": _r(achieved / 1e12) if achieved else None,
+        "top_kernel": short_kernel_name(sel.groupby("name")["dur_us"].sum().idxmax()),
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+@detector("host_syncs")
+def host_syncs(a: Analysis, rule: Rule) -> Finding | None:
+    syncs = a.median("host_syncs") or 0.0
+    if syncs < rule.threshold("min_syncs_per_step") or not a.step_time_us:
+        return None
+    idle = a.median("idle_sync_us") or 0.0
+    idle_pct = 100.0 * idle / a.step_time_us
+    in_steps = a.host_syncs
+    where = []
+    for _, row in in_steps.head(3).iterrows():
+        hint = _SYNC_OP_HINTS.get(row["op"] or "", row["op"] or row["name"])
+        where.append(f"{hint} at {row['source']}" if row["source"] else f"{hint} ({row['name']})")
+    message = (
+        f"{syncs:.0f} host synchronization(s) per step; the GPU then sits idle {idle:,.0f} µs per step "
+        f"({idle_pct:.1f}%) until the host queues more work. From: {'; '.join(where) if where else 'unknown'}."
+    )
+    evidence = {
+        "host_syncs_per_step": _r(syncs),
+        "idle_after_sync_us": _r(idle),
+        "idle_after_sync_pct": _r(idle_pct),
+        "sources": [
+            {"call": r["name"], "op": r["op"], "source": r["source"], "count": int(r["count"])}
+            for _, r in in_steps.head(5).iterrows()
+        ],
+    }
+    severity = None if idle_pct >= rule.threshold("min_idle_pct") else "low"
+    return make_finding(rule, a, message, evidence, idle, severity=severity)
+
+
+@detector("pageable_copies")
+def pageable_copies(a: Analysis, rule: Rule) -> Finding | None:
+    t = _in_steps(a.transfers)
+    t = t[t["pageable"] & (t["op"] == "memcpy")]
+    if not len(t) or not a.n_steps or not a.step_time_us:
+        return None
+    bytes_per_step = t["bytes"].clip(lower=0).sum() / a.n_steps
+    us_per_step = t["dur_us"].sum() / a.n_steps
+    if bytes_per_step < rule.threshold("min_bytes_per_step"):
+        return None
+    if 100.0 * us_per_step / a.step_time_us < rule.threshold("min_share_of_step_pct"):
+        return None
+    link = a.peaks.host_link_bytes_per_s
+    # Pinned copies reach ~80% of the host link (PCIe Gen5 x16 on an H200 host); without a link figure,
+    # assume pinned copies take half as long.
+    pinned_us = bytes_per_step / (0.8 * link) * 1e6 if link else us_per_step / 2
+    saving = max(0.0, us_per_step - pinned_us)
+    achieved = t["bytes"].clip(lower=0).sum() / (t["dur_us"].sum() * 1e-6)
+    # Name the user's source line of the copies through their launch calls.
+    rt = a.trace.runtime
+    launches = rt[rt["correlation"].isin(t["correlation"])][["ts_us", "tid"]]
+    sources = []
+    for ts, tid in zip(launches["ts_us"].head(50), launches["tid"].head(50)):
+        where = source_line(a.frames, ts, tid)
+        if where and where not in sources:
+            sources.append(where)
+    directions = ", ".join(sorted(set(t["direction"])))
+    message = (
+        f"{len(t) / a.n_steps:.0f} copy(ies) per step from/to pageable host memory ({directions}, "
+        f"{bytes_per_step / 1e6:,.1f} MB/step, {us_per_step:,.0f} µs/step at {achieved / 1e9:.1f} GB/s); the host "
+        f"blocks on each and the copy cannot overlap compute."
+        + (f" From: {'; '.join(sources[:3])}." if sources else "")
+    )
+    evidence = {
+        "copies_per_step": _r(len(t) / a.n_steps),
+        "bytes_per_step": int(bytes_per_step),
+        "us_per_step": _r(us_per_step),
+        "achieved_gb_per_s": _r(achieved / 1e9, 2),
+        "sources": sources[:5],
+    }
+    return make_finding(rule, a, message, evidence, saving)

@@ -1,0 +1,259 @@
+"""Rules: TOML files (data only) + detectors (Python, registered by name).
+
+Built-in rules live in ``gpuadvisor/rules/catalog/<ID>-<name>.toml``; ``--rules DIR`` adds rules or
+overrides built-in ones by id. A rule names the tables it ``needs``; when the trace lacks one, the rule is
+skipped and the report says why.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuadvisor.errors import BadInputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+SEVERITIES = ("high", "medium", "low", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+CATEGORIES = ("launch", "memory", "precision", "transfers", "shared-memory", "capacity", "distributed")
+NEEDS = ("kernels", "runtime", "cpu_ops", "memcpys", "steps", "shapes", "stacks")
+_ID_RE = re.compile(r"^GA[1-7]\d\d$")
+_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_REQUIRED = ("id", "name", "title", "category", "severity", "detector")
+_DOC_FIELDS = ("what", "why", "example", "fix")
+_KNOWN_KEYS = set(_REQUIRED) | {"fix_id", "needs", "references", "thresholds", "doc"}
+
+
+@dataclass
+class Rule:
+    id: str
+    name: str
+    title: str
+    category: str
+    severity: str
+    detector: str
+    thresholds: dict[str, float]
+    doc: dict[str, str]
+    fix_id: str | None = None
+    needs: list[str] = field(default_factory=list)
+    references: list[str] = field(default_factory=list)
+    path: str = ""
+
+    def threshold(self, key: str) -> float:
+        if key not in self.thresholds:
+            raise BadInputError(f"{self.path}: rule {self.id} has no threshold '{key}' (its detector needs it)")
+        return float(self.thresholds[key])
+
+
+@dataclass
+class Finding:
+    rule_id: str
+    name: str
+    title: str
+    severity: str
+    category: str
+    message: str
+    evidence: dict[str, Any]
+    estimated_saving_us_per_step: float
+    estimated_saving_pct: float | None
+    fix_id: str | None
+    fix: str
+
+
+class SkipRule(Exception):
+    """Raised by a detector when the trace lacks what it needs; the message says what."""
+
+
+Detector = Callable[[Any, Rule], "Finding | list[Finding] | None"]
+DETECTORS: dict[str, Detector] = {}
+
+
+def detector(name: str) -> Callable[[Detector], Detector]:
+    """Register a detector under the name rules refer to."""
+
+    def register(fn: Detector) -> Detector:
+        DETECTORS[name] = fn
+        return fn
+
+    return register
+
+
+def _fail(path: Path, message: str) -> BadInputError:
+    return BadInputError(f"{path}: {message}")
+
+
+def parse_rule(path: Path) -> Rule:
+    """Read and validate one rule file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _fail(path, "no such file") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(path, f"invalid TOML ({exc})") from None
+    for key in _REQUIRED:
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise _fail(path, f"missing or empty '{key}'")
+    unknown = set(data) - _KNOWN_KEYS
+    if unknown:
+        raise _fail(path, f"unknown key(s) {', '.join(sorted(unknown))}")
+    if not _ID_RE.match(data["id"]):
+        raise _fail(path, f"id '{data['id']}' is not of the form GA<1-7><00-99>")
+    if not _NAME_RE.match(data["name"]):
+        raise _fail(path, f"name '{data['name']}' is not kebab-case")
+    if data["severity"] not in SEVERITIES:
+        raise _fail(path, f"severity '{data['severity']}' is not one of {', '.join(SEVERITIES)}")
+    if data["category"] not in CATEGORIES:
+        raise _fail(path, f"category '{data['category']}' is not one of {', '.join(CATEGORIES)}")
+    thresholds = data.get("thresholds", {})
+    if not isinstance(thresholds, dict):
+        raise _fail(path, "'thresholds' must be a table")
+    for key, value in thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _fail(path, f"threshold '{key}' must be a number")
+    doc = data.get("doc", {})
+    if not isinstance(doc, dict) or any(not isinstance(doc.get(k), str) or not doc[k].strip() for k in _DOC_FIELDS):
+        raise _fail(path, "[doc] must have non-empty what, why, example and fix")
+    needs = data.get("needs", [])
+    if not isinstance(needs, list) or any(n not in NEEDS for n in needs):
+        raise _fail(path, f"'needs' must list some of {', '.join(NEEDS)}")
+    fix_id = data.get("fix_id")
+    if fix_id is not None and not isinstance(fix_id, str):
+        raise _fail(path, "'fix_id' must be a string")
+    references = data.get("references", [])
+    if not isinstance(references, list) or any(not isinstance(r, str) for r in references):
+        raise _fail(path, "'references' must be a list of strings")
+    return Rule(
+        id=data["id"],
+        name=data["name"],
+        title=data["title"].strip(),
+        category=data["category"],
+        severity=data["severity"],
+        detector=data["detector"],
+        thresholds={k: float(v) for k, v in thresholds.items()},
+        doc={k: doc[k].strip() for k in _DOC_FIELDS},
+        fix_id=fix_id,
+        needs=list(needs),
+        references=list(references),
+        path=str(path),
+    )
+
+
+def load_rules(extra_dir: str | Path | None = None) -> list[Rule]:
+    """The built-in catalog, plus (overriding by id) the rules in ``extra_dir``. Sorted by id."""
+    rules: dict[str, Rule] = {}
+    for path in sorted(CATALOG_DIR.glob("*.toml")):
+        rule = parse_rule(path)
+        rules[rule.id] = rule
+    if extra_dir is not None:
+        folder = Path(extra_dir)
+        if not folder.is_dir():
+            raise BadInputError(f"{folder}: --rules must name a folder of *.toml rule files")
+        files = sorted(folder.glob("*.toml"))
+        if not files:
+            raise BadInputError(f"{folder}: no *.toml rule files")
+        for path in files:
+            rule = parse_rule(path)
+            rules[rule.id] = rule
+    from gpuadvisor.rules import detectors  # noqa: F401  (registers the built-in detectors)
+
+    for rule in rules.values():
+        if rule.detector not in DETECTORS:
+            raise BadInputError(
+                f"{rule.path}: unknown detector '{rule.detector}' (known: {', '.join(sorted(DETECTORS))})"
+            )
+    return [rules[k] for k in sorted(rules)]
+
+
+def find_rule(rule_id: str, rules: list[Rule]) -> Rule:
+    wanted = rule_id.strip().upper()
+    for rule in rules:
+        if rule.id == wanted or rule.name == rule_id.strip().lower():
+            return rule
+    raise BadInputError(f"no rule '{rule_id}' (see `gpuadvisor rules`)")
+
+
+def missing_needs(rule: Rule, analysis: Any) -> str | None:
+    """Why the trace cannot feed this rule, or None."""
+    trace = analysis.trace
+    have = {
+        "kernels": len(trace.kernels) > 0,
+        "runtime": len(trace.runtime) > 0,
+        "cpu_ops": len(trace.cpu_ops) > 0,
+        "memcpys": len(trace.memcpys) > 0,
+        "steps": len(analysis.steps) > 0,
+        "shapes": bool(len(trace.cpu_ops)) and bool((trace.cpu_ops["input_dims_raw"].map(bytes) != b"null").any()),
+        "stacks": len(trace.python_frames) > 0,
+    }
+    why = {
+        "kernels": "no GPU kernels in the trace",
+        "runtime": "no CUDA runtime calls in the trace",
+        "cpu_ops": "no CPU operators in the trace",
+        "memcpys": "no memcpy/memset in the trace",
+        "steps": "no steps (no GPU activity to frame one)",
+        "shapes": "no input shapes (record with record_shapes=True)",
+        "stacks": "no Python stacks (record with with_stack=True)",
+    }
+    for need in rule.needs:
+        if not have[need]:
+            return why[need]
+    return None
+
+
+def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dict[str, str]]]:
+    """Run each rule's detector. Returns findings sorted by estimated saving (largest first) and the
+    skipped rules with their reasons."""
+    findings: list[Finding] = []
+    skipped: list[dict[str, str]] = []
+    for rule in rules:
+        reason = missing_needs(rule, analysis)
+        if reason:
+            skipped.append({"rule_id": rule.id, "reason": reason})
+            continue
+        try:
+            result = DETECTORS[rule.detector](analysis, rule)
+        except SkipRule as exc:
+            skipped.append({"rule_id": rule.id, "reason": str(exc)})
+            continue
+        if result is None:
+            continue
+        findings.extend(result if isinstance(result, list) else [result])
+    findings.sort(key=lambda f: (-f.estimated_saving_us_per_step, SEVERITY_RANK.get(f.severity, 9), f.rule_id))
+    return findings, skipped
+
+
+def make_finding(
+    rule: Rule,
+    analysis: Any,
+    message: str,
+    evidence: dict[str, Any],
+    saving_us: float,
+    severity: str | None = None,
+) -> Finding:
+    """A finding for ``rule`` with its saving expressed per step and as % of the median step."""
+    step = analysis.step_time_us
+    saving = max(0.0, float(saving_us))
+    pct = 100.0 * saving / step if step else None
+    return Finding(
+        rule_id=rule.id,
+        name=rule.name,
+        title=rule.title,
+        severity=severity or rule.severity,
+        category=rule.category,
+        message=" ".join(message.split()),
+        evidence=evidence,
+        estimated_saving_us_per_step=round(saving, 1),
+        estimated_saving_pct=round(pct, 1) if pct is not None else None,
+        fix_id=rule.fix_id,
+        fix=rule.doc["fix"].split("\n\n")[0].split("\n")[0],
+    )
