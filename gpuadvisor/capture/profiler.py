@@ -1,0 +1,157 @@
+"""Record a Kineto trace of a few steps of a workload with ``torch.profiler``.
+
+The profiler slows an eager step down (3.2x for the Llama decode step on the H200, DESIGN.md
+"Measuring"), so step times never come from here: this module only records what runs, with shapes
+and FLOPs, for the analyses. Torch is imported inside the functions, never at import time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuadvisor.errors import BadInputError
+
+if TYPE_CHECKING:
+    from gpuadvisor.workload import Workload
+
+# zlib level 6 is within a few % of level 9 on Kineto JSON and several times faster on large traces.
+_GZIP_LEVEL = 6
+
+
+def warm_up(workload: Workload, steps: int) -> None:
+    """Run ``steps`` steps (allocator, cuBLAS handles, autotuning, lazy init) and wait for the GPU once."""
+    import torch
+
+    for _ in range(steps):
+        workload.step_fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def record_trace(
+    workload: Workload,
+    out_path: Path,
+    *,
+    wait: int = 1,
+    warmup: int = 2,
+    active: int = 3,
+    with_stack: bool = True,
+) -> Path:
+    """Profile ``wait + warmup + active`` steps and write the ``active`` ones as a gzipped Chrome trace.
+
+    Each step runs inside the profiler's ``ProfilerStep#N`` annotation (``prof.step()`` opens the next
+    one). Nothing synchronizes inside a step, so the trace shows the step as it runs unprofiled;
+    the GPU is synchronized once, after the last step. CUDA activities are recorded when CUDA is
+    available, otherwise the trace is CPU-only. The file is written to a temporary name in the same
+    folder and renamed into place: an error or Ctrl-C leaves no half-written trace. Returns ``out_path``.
+    """
+    import torch
+
+    for name, value, least in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BadInputError(f"profiler schedule: {name} must be an int >= {least}, got {value!r}")
+    out_path = Path(out_path)
+    if not out_path.parent.is_dir():
+        raise BadInputError(f"{out_path.parent}: no such folder for the trace")
+
+    cuda = torch.cuda.is_available()
+    with warnings.catch_warnings():
+        # torch 2.11 warns that a schedule's events are cleared after each cycle; this records one cycle.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        prof = _profile_steps(workload, cuda, wait=wait, warmup=warmup, active=active, with_stack=with_stack)
+    _export_gzipped(prof, out_path)
+    return out_path
+
+
+def _profile_steps(workload: Workload, cuda: bool, *, wait: int, warmup: int, active: int, with_stack: bool):
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        record_shapes=True,
+        with_flops=True,
+        with_stack=with_stack,
+    ) as prof:
+        for _ in range(wait + warmup + active):
+            workload.step_fn()
+            prof.step()
+        # prof.step() after the last active step already stopped the recording (the profiler waits for
+        # the device as it stops); this makes sure nothing of the workload is still running afterwards.
+        if cuda:
+            torch.cuda.synchronize()
+    return prof
+
+
+def _export_gzipped(prof, out_path: Path) -> None:
+    """Export the Chrome trace, add FLOPs, gzip it to ``out_path`` through temporary files in the same folder."""
+    folder = out_path.parent
+    json_fd, json_tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".json", dir=folder)
+    os.close(json_fd)
+    gz_tmp = None
+    try:
+        prof.export_chrome_trace(json_tmp)
+        with open(json_tmp, "rb") as source:
+            text = source.read()
+        try:
+            trace = json.loads(text)
+        except ValueError:
+            trace = None  # keep what the profiler wrote, without the additions below
+        if isinstance(trace, dict):
+            _add_flops(trace, prof)
+            if "traceName" in trace:
+                trace["traceName"] = out_path.name  # not the temporary file's name
+            text = json.dumps(trace, separators=(",", ":")).encode()
+
+        gz_fd, gz_tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(gz_fd, "wb") as raw:
+            # filename="" and mtime=0: no temporary name or date in the header, same bytes for the same trace.
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL, mtime=0) as target:
+                target.write(text)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(gz_tmp, 0o644)  # mkstemp makes files private; a trace is meant to be shared
+        os.replace(gz_tmp, out_path)
+        gz_tmp = None
+    finally:
+        _remove(json_tmp)
+        if gz_tmp is not None:
+            _remove(gz_tmp)
+
+
+def _add_flops(trace: dict, prof) -> int:
+    """Write the profiler's FLOP counts into the trace: ``args["flops"]`` of each operator that has one.
+
+    ``with_flops=True`` counts FLOPs of matmuls, convolutions and a few elementwise operators from their
+    input shapes, but torch (2.11 to 2.13 at least) leaves them out of the exported Chrome trace. An
+    operator's ``External id`` in the trace is its correlation id in the profiler's own events.
+    Returns how many operators got a count.
+    """
+    flops_by_op = {(event.id, event.name): event.flops for event in prof.events() if event.flops}
+    added = 0
+    for event in trace.get("traceEvents") or ():
+        if not isinstance(event, dict) or event.get("cat") != "cpu_op":
+            continue
+        args = event.get("args")
+        if not isinstance(args, dict) or "flops" in args:
+            continue
+        flops = flops_by_op.get((args.get("External id"), event.get("name")))
+        if flops:
+            args["flops"] = flops
+            added += 1
+    return added
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
