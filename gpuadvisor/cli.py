@@ -28,7 +28,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"

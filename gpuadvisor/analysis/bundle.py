@@ -9,7 +9,7 @@ import pandas as pd
 
 from gpuadvisor.analysis.linking import gpu_activities, step_windows
 from gpuadvisor.analysis.roofline import kernel_summary, kernel_table
-from gpuadvisor.analysis.timeline import host_sync_table, step_breakdown, user_frames
+from gpuadvisor.analysis.timeline import host_sync_table, launch_calls, step_breakdown, sync_calls, user_frames
 from gpuadvisor.analysis.transfers import transfer_rows, transfer_summary
 from gpuadvisor.device.peaks import DevicePeaks
 from gpuadvisor.trace.model import Trace
@@ -58,7 +58,8 @@ def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
     if not peaks.known:
         notes.append(f"no peak figures for '{peaks.gpu}': kernels are classified without % of roof (use --peaks FILE)")
     acts = gpu_activities(trace)
-    steps = step_breakdown(trace, acts)
+    syncs = sync_calls(trace)
+    steps = step_breakdown(trace, acts, syncs, launch_calls(trace))
     kernels = kernel_table(trace, peaks, acts)
     frames = user_frames(trace)
     xfer = transfer_rows(trace, acts)
@@ -71,7 +72,7 @@ def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
         kernel_names=kernel_summary(kernels, peaks, len(steps)),
         transfers=xfer,
         transfer_groups=transfer_summary(xfer, len(steps)),
-        host_syncs=host_sync_table(trace, frames),
+        host_syncs=host_sync_table(trace, frames, syncs=syncs),
         frames=frames,
         synthetic_step=synthetic,
         notes=notes,

@@ -6,6 +6,8 @@ Pure functions; the DataFrames they return are documented per function (times in
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -15,6 +17,17 @@ from gpuadvisor.trace.model import Trace
 LAUNCH_CALL_PATTERN = r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|hipModuleLaunch"
 # Host calls that block until the GPU has drained a stream, an event or the device.
 SYNC_CALL_PATTERN = r"Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cuMemcpyDtoH|^cuMemcpyHtoD$|^hipMemcpy$"
+
+
+def match_names(names: pd.Series, pattern: str) -> np.ndarray:
+    """Boolean mask of the names a regex finds a match in; each distinct name is tested once (traces repeat
+    the same few hundred names millions of times)."""
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    codes, uniques = pd.factorize(names)
+    regex = re.compile(pattern)
+    hits = np.fromiter((bool(regex.search(str(u))) for u in uniques), dtype=bool, count=len(uniques))
+    return np.where(codes >= 0, hits[np.maximum(codes, 0)], False)
 
 
 def step_windows(trace: Trace) -> pd.DataFrame:

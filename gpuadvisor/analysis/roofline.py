@@ -25,7 +25,7 @@ import pandas as pd
 
 from gpuadvisor.analysis.linking import gpu_activities
 from gpuadvisor.device.peaks import DevicePeaks, peak_flops
-from gpuadvisor.trace.kineto import input_shapes
+from gpuadvisor.trace.kineto import input_shapes_raw
 from gpuadvisor.trace.model import Trace
 
 # Bytes per element of the dtypes the profiler names in "Input type".
@@ -201,11 +201,19 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
         linked = ops[ops["external_id"].isin(k["external_id"][k["external_id"] >= 0].unique())]
         linked = linked.drop_duplicates(["rank", "external_id"])
         if len(linked):
-            dims, types = input_shapes(linked)
-            cost = [
-                op_cost(n, d, t, f if f == f else 0.0)
-                for n, d, t, f in zip(linked["name"], dims, types, linked["flops"].to_numpy())
-            ]
+            # Steps repeat the same calls with the same shapes: cost each distinct signature once.
+            signature = list(
+                zip(
+                    linked["name"],
+                    map(bytes, linked["input_dims_raw"]),
+                    map(bytes, linked["input_types_raw"]),
+                    np.nan_to_num(linked["flops"].to_numpy(float)),
+                )
+            )
+            distinct = list(dict.fromkeys(signature))
+            dims, types = input_shapes_raw([d for _, d, _, _ in distinct], [t for _, _, t, _ in distinct])
+            cost_of = {key: op_cost(key[0], d, t, key[3]) for key, d, t in zip(distinct, dims, types)}
+            cost = [cost_of[key] for key in signature]
             costs = pd.DataFrame(
                 {
                     "rank": linked["rank"].to_numpy(),

@@ -24,6 +24,7 @@ from gpuadvisor.analysis.linking import (
     SYNC_CALL_PATTERN,
     assign_steps,
     gpu_activities,
+    match_names,
     step_windows,
     union_intervals,
 )
@@ -58,7 +59,7 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
     rt = trace.runtime
     if not len(rt):
         return rt.assign(step_index=pd.Series(dtype=np.int64))
-    calls = rt[rt["name"].str.contains(SYNC_CALL_PATTERN, regex=True)].copy()
+    calls = rt[match_names(rt["name"], SYNC_CALL_PATTERN)].copy()
     calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
     return calls
 
@@ -68,7 +69,7 @@ def launch_calls(trace: Trace) -> pd.DataFrame:
     rt = trace.runtime
     if not len(rt):
         return rt.assign(step_index=pd.Series(dtype=np.int64))
-    calls = rt[rt["name"].str.contains(LAUNCH_CALL_PATTERN, regex=True)].copy()
+    calls = rt[match_names(rt["name"], LAUNCH_CALL_PATTERN)].copy()
     calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
     return calls
 
@@ -89,7 +90,12 @@ def queue_depth_at_launch(acts: pd.DataFrame) -> np.ndarray:
     return depth
 
 
-def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFrame:
+def step_breakdown(
+    trace: Trace,
+    acts: pd.DataFrame | None = None,
+    syncs: pd.DataFrame | None = None,
+    launches: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per step. Columns (µs unless named otherwise):
 
     step, start_us, end_us (the step's window), step_time_us, gpu_busy_us, gpu_busy_pct (%),
@@ -114,9 +120,16 @@ def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFra
         opener_launch_end = sorted_launch_end[np.minimum(first_idx, len(sorted_ts) - 1)]
     else:
         opener_launch_end = np.empty(0)
-    syncs = sync_calls(trace)
+    if syncs is None:
+        syncs = sync_calls(trace)
     sync_ends = np.sort(syncs["end_us"].to_numpy(float)) if len(syncs) else np.empty(0)
-    launches = launch_calls(trace)
+    if launches is None:
+        launches = launch_calls(trace)
+    sync_step = syncs["step_index"].to_numpy() if len(syncs) else np.empty(0, dtype=np.int64)
+    launch_step = launches["step_index"].to_numpy() if len(launches) else np.empty(0, dtype=np.int64)
+    launch_dur = launches["dur_us"].to_numpy(float) if len(launches) else np.empty(0)
+    act_ts = acts["ts_us"].to_numpy(float)
+    act_end = acts["end_us"].to_numpy(float)
     depth = queue_depth_at_launch(acts)
     acts_step = acts["step_index"].to_numpy()
     is_kernel = (acts["kind"] == "kernel").to_numpy()
@@ -126,8 +139,8 @@ def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFra
     prev_gpu_end = -np.inf
     for i, (step, s0, s1) in enumerate(zip(steps["step"], steps["ts_us"], steps["end_us"])):
         mine = acts_step == i
-        gpu_start = acts["ts_us"].to_numpy(float)[mine].min() if mine.any() else np.inf
-        gpu_end = acts["end_us"].to_numpy(float)[mine].max() if mine.any() else -np.inf
+        gpu_start = act_ts[mine].min() if mine.any() else np.inf
+        gpu_end = act_end[mine].max() if mine.any() else -np.inf
         w0 = max(s0, min(prev_gpu_end, gpu_start))
         w1 = max(s1, gpu_end)
         prev_gpu_end = max(prev_gpu_end, gpu_end)
@@ -137,25 +150,23 @@ def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFra
         bs = np.clip(busy_s[lo:hi], w0, w1)
         be = np.clip(busy_e[lo:hi], w0, w1)
         busy = float((be - bs).sum())
-        # Gaps: before each busy interval, and the tail.
+        # Gaps: before each busy interval, and the tail (no opener: host time after the last launch).
         gap_s = np.concatenate(([w0], be))
         gap_e = np.concatenate((bs, [w1]))
         openers = np.concatenate((opener_launch_end[lo:hi], [np.nan]))
-        idle = {"launch": 0.0, "sync": 0.0, "other": 0.0}
-        for g0, g1, opener in zip(gap_s, gap_e, openers):
-            length = g1 - g0
-            if length <= 0:
-                continue
-            j = np.searchsorted(sync_ends, g0 - SYNC_SLACK_US, side="left")
-            if j < len(sync_ends) and sync_ends[j] <= g1:
-                idle["sync"] += length
-            elif np.isnan(opener) or opener >= g0:
-                # Tail gaps (no opener) are host time after the last launch: the GPU waits for the CPU.
-                idle["launch"] += length
-            else:
-                idle["other"] += length
+        length = np.clip(gap_e - gap_s, 0, None)
+        j = np.searchsorted(sync_ends, gap_s - SYNC_SLACK_US, side="left")
+        after_sync = np.zeros(len(gap_s), dtype=bool)
+        ok = j < len(sync_ends)
+        after_sync[ok] = sync_ends[j[ok]] <= gap_e[ok]
+        waited_for_launch = ~after_sync & (np.isnan(openers) | (openers >= gap_s))
+        idle = {
+            "sync": float(length[after_sync].sum()),
+            "launch": float(length[waited_for_launch].sum()),
+            "other": float(length[~after_sync & ~waited_for_launch].sum()),
+        }
         step_time = w1 - w0
-        step_launches = launches[launches["step_index"] == i] if len(launches) else launches
+        in_launches = launch_step == i
         step_depth = depth[mine & ~np.isnan(depth)] if len(depth) else np.empty(0)
         rows.append(
             {
@@ -170,9 +181,9 @@ def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFra
                 "idle_other_us": idle["other"],
                 "kernels": int((mine & is_kernel).sum()),
                 "memcpys": int((mine & ~is_kernel).sum()),
-                "host_syncs": int((syncs["step_index"] == i).sum()) if len(syncs) else 0,
-                "launch_calls": len(step_launches),
-                "launch_call_us": float(step_launches["dur_us"].sum()) if len(step_launches) else 0.0,
+                "host_syncs": int((sync_step == i).sum()),
+                "launch_calls": int(in_launches.sum()),
+                "launch_call_us": float(launch_dur[in_launches].sum()),
                 "kernels_shorter_than_launch": int((mine & shorter).sum()),
                 "median_queue_depth": float(np.median(step_depth)) if len(step_depth) else np.nan,
             }
@@ -181,7 +192,12 @@ def step_breakdown(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFra
 
 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/torch/", "/lib/python", "<built-in", "<frozen", "gpuadvisor/")
+# A frame "file.py(line): function" from a file that is not library code (installed packages, the standard
+# library, torch's and gpuadvisor's own sources).
+_USER_FRAME_PATTERN = (
+    r"^(?!.*(site-packages|dist-packages|/lib/python|<built-in|<frozen))(?!(.*/)?(torch|triton|gpuadvisor)/)"
+    r".+\(\d+\): "
+)
 
 
 def user_frames(trace: Trace) -> pd.DataFrame:
@@ -189,17 +205,18 @@ def user_frames(trace: Trace) -> pd.DataFrame:
     frames = trace.python_frames
     if not len(frames):
         return pd.DataFrame({"ts_us": [], "end_us": [], "tid": [], "location": []})
-    names = frames["name"]
-    keep = names.str.match(_FRAME_RE.pattern) & ~names.apply(lambda n: any(m in n for m in _LIBRARY_MARKERS))
-    sel = frames[keep]
-    loc = sel["name"].str.extract(_FRAME_RE.pattern)
-    location = loc["file"] + ":" + loc["line"] + " (" + loc["func"] + ")"
+    sel = frames[match_names(frames["name"], _USER_FRAME_PATTERN)]
+    codes, names = pd.factorize(sel["name"])
+    locations = []
+    for name in names:
+        m = _FRAME_RE.match(name)
+        locations.append(f"{m['file']}:{m['line']} ({m['func']})" if m else name)
     return pd.DataFrame(
         {
             "ts_us": sel["ts_us"].to_numpy(),
             "end_us": sel["end_us"].to_numpy(),
             "tid": sel["tid"].astype(str).to_numpy(),
-            "location": location.to_numpy(),
+            "location": np.asarray(locations, dtype=object)[codes] if len(sel) else np.empty(0, dtype=object),
         }
     )
 
@@ -214,14 +231,16 @@ def source_line(frames: pd.DataFrame, ts_us: float, tid) -> str | None:
     return str(sel.loc[sel["ts_us"].idxmax(), "location"])
 
 
-def host_sync_table(trace: Trace, frames: pd.DataFrame | None = None, max_lookups: int = 200) -> pd.DataFrame:
+def host_sync_table(
+    trace: Trace, frames: pd.DataFrame | None = None, max_lookups: int = 200, syncs: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Host synchronizations grouped by call, operator and source line.
 
     Columns: name (the blocking call), op (the operator that issued it, e.g. aten::_local_scalar_dense
     for ``.item()``; None when unknown), source (user file:line when the trace has Python stacks),
     count, total_us (host time blocked), steps_seen (steps with at least one).
     """
-    calls = sync_calls(trace)
+    calls = sync_calls(trace) if syncs is None else syncs
     cols = ["name", "op", "source", "count", "total_us", "steps_seen"]
     if not len(calls):
         return pd.DataFrame({c: [] for c in cols})

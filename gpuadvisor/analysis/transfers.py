@@ -39,8 +39,8 @@ TRANSFER_COLUMNS = [
 
 def transfer_rows(trace: Trace, acts: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per memcpy/memset with its launch call. Columns: name, op, direction, src_kind, dst_kind,
-    ts_us, dur_us, bytes, step_index, launch_name, correlation, pageable (a side is pageable host memory), sync (the host
-    waited for it: a synchronous call or a pageable source/destination)."""
+    ts_us, dur_us, bytes, step_index, launch_name, correlation, pageable (a side is pageable host memory),
+    sync (the host waited for it: a synchronous call or a pageable source/destination)."""
     m = trace.memcpys
     if not len(m):
         return pd.DataFrame(

@@ -5,42 +5,15 @@ The dict is what every writer renders (terminal, JSON, Markdown) and what ``comp
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
 from gpuadvisor import __version__
 from gpuadvisor.analysis.bundle import Analysis
+from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
 from gpuadvisor.rules.engine import Finding
 
-SCHEMA_VERSION = 1
-
-
-def clean(value: Any) -> Any:
-    """JSON-able plain Python: numpy scalars to Python, NaN/inf to None, recursively."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return None if math.isnan(v) or math.isinf(v) else v
-    if value is None or isinstance(value, (str, int)):
-        return value
-    if isinstance(value, np.ndarray):
-        return clean(value.tolist())
-    try:
-        if value != value:  # pandas NA / NaT
-            return None
-    except (TypeError, ValueError):
-        pass
-    return str(value)
+clean = to_plain
 
 
 def _round(x: Any, digits: int = 2) -> Any:

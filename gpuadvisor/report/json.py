@@ -98,6 +98,11 @@ def _clean(value: Any, where: str) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} at {where} to report.json")
 
 
+def to_plain(value: Any) -> Any:
+    """``value`` as plain JSON types (what report dicts hold): numpy/pandas unwrapped, NaN/inf -> None."""
+    return _clean(value, "report")
+
+
 def _key(key: Any, where: str) -> str:
     cleaned = _clean(key, where)
     if cleaned is None or isinstance(cleaned, (dict, list)):

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from gpuadvisor.analysis.bundle import Analysis
+from gpuadvisor.analysis.linking import match_names
 from gpuadvisor.analysis.timeline import source_line
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
@@ -53,7 +54,8 @@ def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     predicted = step - saving
     syncs = a.median("host_syncs") or 0.0
     caveat = (
-        f" The step has {syncs:.0f} host sync(s) per step (see GA401); a graph cannot capture them, so they must go first."
+        f" The step has {syncs:.0f} host sync(s) per step (see GA401); a graph cannot capture them, "
+        "so they must go first."
         if syncs >= 1
         else ""
     )
@@ -118,53 +120,53 @@ def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, per_step)
 
 
-def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> list[pd.DataFrame]:
+def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> pd.DataFrame:
+    """Kernels in runs of at least ``min_length`` consecutive memory-bound elementwise/normalization kernels
+    on one stream within one step, with a ``run_id`` column (kernels sorted by start within a run)."""
     eligible = (
         k["family"].isin(_CHAIN_FAMILIES) & (k["bound"] != "compute") & ~(k["intensity"] > max_intensity)
     ).to_numpy()
-    chains = []
-    for (_, _stream), g in k.assign(eligible=eligible).groupby(["step_index", "stream"], sort=False):
-        flags = g["eligible"].to_numpy()
-        start = None
-        for i, flag in enumerate(list(flags) + [False]):
-            if flag and start is None:
-                start = i
-            elif not flag and start is not None:
-                if i - start >= min_length:
-                    chains.append(g.iloc[start:i])
-                start = None
-    return chains
+    ordered = k.assign(eligible=eligible).sort_values(["step_index", "stream", "ts_us"], kind="stable")
+    flags = ordered["eligible"].to_numpy()
+    group = ordered["step_index"].to_numpy() * 1_000_003 + ordered["stream"].to_numpy()
+    # A run starts at an eligible kernel whose predecessor is ineligible or in another step/stream.
+    starts = flags & ~np.concatenate(([False], flags[:-1] & (group[1:] == group[:-1])))
+    runs = ordered.assign(run_id=np.cumsum(starts))[flags]
+    sizes = runs.groupby("run_id")["run_id"].transform("size").to_numpy()
+    return runs[sizes >= min_length]
 
 
 @detector("elementwise_chain")
 def elementwise_chain(a: Analysis, rule: Rule) -> Finding | None:
-    k = _in_steps(a.kernels).sort_values("ts_us")
+    k = _in_steps(a.kernels)
     if not len(k) or not a.n_steps or not a.step_time_us:
         return None
-    chains = _chains(k, int(rule.threshold("min_chain_length")), rule.threshold("max_intensity_flop_per_byte"))
-    if not chains:
+    chained = _chains(k, int(rule.threshold("min_chain_length")), rule.threshold("max_intensity_flop_per_byte"))
+    if not len(chained):
         return None
-    chain_us = sum(c["dur_us"].sum() for c in chains) / a.n_steps
+    runs = chained.groupby("run_id")["dur_us"].agg(["size", "sum", "max"])
+    chain_us = runs["sum"].sum() / a.n_steps
     if 100.0 * chain_us / a.step_time_us < rule.threshold("min_share_of_step_pct"):
         return None
     # A fused kernel reads the chain's inputs once and writes its outputs once: about the traffic, and so
     # the time, of the chain's largest member (H200, add+RMSNorm 16384x4096 bf16: eager chain 952 µs,
     # largest member ~130 µs, one fused Triton kernel 133 µs).
-    saving = sum(c["dur_us"].sum() - c["dur_us"].max() for c in chains) / a.n_steps
-    biggest = max(chains, key=lambda c: c["dur_us"].sum())
+    saving = (runs["sum"] - runs["max"]).sum() / a.n_steps
+    biggest = chained[chained["run_id"] == runs["sum"].idxmax()]
     ops = [o if isinstance(o, str) else short_kernel_name(n) for o, n in zip(biggest["op"], biggest["name"])]
+    per_step = len(runs) / a.n_steps
     message = (
-        f"{len(chains) / a.n_steps:.1f} chain(s) per step of {np.mean([len(c) for c in chains]):.1f} memory-bound "
-        f"elementwise/normalization kernels in a row ({chain_us:,.0f} µs/step, {100 * chain_us / a.step_time_us:.0f}% "
-        f"of the step). Each kernel reads and writes whole tensors; fused, the chain would move its data once. "
+        f"{per_step:.1f} chain(s) per step of {runs['size'].mean():.1f} memory-bound elementwise/normalization "
+        f"kernels in a row ({chain_us:,.0f} µs/step, {100 * chain_us / a.step_time_us:.0f}% of the step). Each "
+        f"kernel reads and writes whole tensors; fused, a chain would move its data once. "
         f"Largest chain: {' → '.join(ops[:8])}{' → …' if len(ops) > 8 else ''}."
     )
     evidence = {
-        "chains_per_step": _r(len(chains) / a.n_steps),
-        "kernels_in_chains_per_step": _r(sum(len(c) for c in chains) / a.n_steps),
+        "chains_per_step": _r(per_step),
+        "kernels_in_chains_per_step": _r(len(chained) / a.n_steps),
         "chain_us_per_step": _r(chain_us),
-        "longest_chain": int(max(len(c) for c in chains)),
-        "largest_chain_us": _r(biggest["dur_us"].sum()),
+        "longest_chain": int(runs["size"].max()),
+        "largest_chain_us": _r(runs["sum"].max()),
     }
     return make_finding(rule, a, message, evidence, saving)
 
@@ -177,12 +179,8 @@ def fp32_matmul(a: Analysis, rule: Rule) -> Finding | None:
     cc = a.trace.device.compute_capability if a.trace.device else None
     if cc is not None and cc < (7, 0):
         raise SkipRule("the GPU has no tensor cores (compute capability below 7.0)")
-    names = k["name"].str.lower()
-    fp32_gemm = (
-        (k["family"] == "gemm")
-        & k["dtype"].isin(["float", "c10::Float"])
-        & ~names.str.contains("tf32|bf16|f16|fp16|h884|h1688|s16816|tensorop|i8", regex=True)
-    )
+    tensor_core_name = match_names(k["name"], r"(?i)tf32|bf16|f16|fp16|h884|h1688|s16816|tensorop|i8")
+    fp32_gemm = (k["family"] == "gemm") & k["dtype"].isin(["float", "c10::Float"]) & ~tensor_core_name
     sel = k[fp32_gemm]
     share = 100.0 * sel["dur_us"].sum() / k["dur_us"].sum() if len(sel) else 0.0
     if share < rule.threshold("min_share_of_gpu_time_pct"):

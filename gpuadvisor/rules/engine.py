@@ -192,7 +192,7 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
         "cpu_ops": len(trace.cpu_ops) > 0,
         "memcpys": len(trace.memcpys) > 0,
         "steps": len(analysis.steps) > 0,
-        "shapes": bool(len(trace.cpu_ops)) and bool((trace.cpu_ops["input_dims_raw"].map(bytes) != b"null").any()),
+        "shapes": any(bytes(raw) != b"null" for raw in trace.cpu_ops["input_dims_raw"]),
         "stacks": len(trace.python_frames) > 0,
     }
     why = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Generic, TypeVar, Union
 
@@ -125,10 +125,14 @@ class KinetoFile(msgspec.Struct, Generic[E]):
     cuda_driver_version: Scalar = None
 
 
-_DECODERS = {
-    "fast": (msgspec.json.Decoder(KinetoFile[Event]), msgspec.json.Decoder(list[Event])),
-    "lenient": (msgspec.json.Decoder(KinetoFile[LenientEvent]), msgspec.json.Decoder(list[LenientEvent])),
-}
+# Events are decoded in chunks: a first pass splits traceEvents into raw byte views (cheap: no objects per
+# field), then each chunk is decoded into typed structs, turned into columns and dropped. Peak memory is
+# the trace bytes plus one chunk of structs plus the columns, instead of the trace bytes plus every
+# event as a struct (2.3 GB for a 427 MB trace).
+CHUNK_EVENTS = 250_000
+_HEADER_DECODER = msgspec.json.Decoder(KinetoFile[msgspec.Raw])
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_CHUNK_DECODERS = (msgspec.json.Decoder(list[Event]), msgspec.json.Decoder(list[LenientEvent]))
 _JSON_LIST_DECODER = msgspec.json.Decoder(Union[list[Any], None])
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -217,29 +221,38 @@ def _check_bomb(path: Path, out_bytes: int, compressed: int) -> None:
 # decode
 
 
-def _decode(data: bytes, path: Path) -> KinetoFile:
-    """Decode with the typed structs; if a field has an unexpected type, retry with the lenient ones."""
+def _decode_header(data: bytes, path: Path) -> KinetoFile:
+    """The trace's metadata, with ``traceEvents`` as a list of raw (undecoded) events."""
     start = data[:4096].lstrip()[:1]
     if start not in (b"{", b"["):
         raise BadInputError(f"{path}: not JSON (starts with {bytes(data[:16])!r})")
-    error = None
-    for mode in ("fast", "lenient"):
-        file_decoder, list_decoder = _DECODERS[mode]
-        try:
-            doc = KinetoFile(traceEvents=list_decoder.decode(data)) if start == b"[" else file_decoder.decode(data)
-            break
-        except msgspec.ValidationError as exc:
-            error = exc
-        except msgspec.DecodeError as exc:
-            msg = str(exc)
-            if "truncated" in msg.lower():
-                raise BadInputError(f"{path}: truncated JSON ({msg})") from None
-            raise BadInputError(f"{path}: malformed JSON ({msg})") from None
-    else:
-        raise BadInputError(f"{path}: not a Kineto trace ({error})")
+    try:
+        if start == b"[":  # the Chrome trace format also allows a bare array of events
+            return KinetoFile(traceEvents=_RAW_LIST_DECODER.decode(data))
+        doc = _HEADER_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise BadInputError(f"{path}: not a Kineto trace ({exc})") from None
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        if "truncated" in msg.lower():
+            raise BadInputError(f"{path}: truncated JSON ({msg})") from None
+        raise BadInputError(f"{path}: malformed JSON ({msg})") from None
     if doc.traceEvents is msgspec.UNSET:
         raise BadInputError(f"{path}: not a Kineto trace (JSON object without 'traceEvents')")
     return doc
+
+
+def _decode_chunk(raws: list[msgspec.Raw], path: Path) -> list:
+    """Typed events for a slice of raw events; the lenient structs when a field has an unexpected type."""
+    joined = b"[" + b",".join(raws) + b"]"
+    try:
+        return _CHUNK_DECODERS[0].decode(joined)
+    except msgspec.ValidationError:
+        pass
+    try:
+        return _CHUNK_DECODERS[1].decode(joined)
+    except msgspec.ValidationError as exc:
+        raise BadInputError(f"{path}: not a Kineto trace (an event is not an object: {exc})") from None
 
 
 def _as_int(value: Any, default: int = -1) -> int:
@@ -262,7 +275,7 @@ def _as_float(value: Any) -> float:
         return float("nan")
 
 
-def _decode_raw_list(raw: msgspec.Raw) -> list | None:
+def _decode_raw_list(raw) -> list | None:
     if raw is None or bytes(raw) == b"null":
         return None
     try:
@@ -279,16 +292,32 @@ _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
 _OTHER_DEVICE_PREFIXES = ("mtia", "xpu", "hpu")
 
 
+_USED_CATS = _KERNEL_CATS + _RUNTIME_CATS + _MEMCPY_CATS + _ANNOTATION_CATS + ("cpu_op", "cuda_sync", "python_function")
+
+
 def _bucket_events(events: list) -> dict[str, list]:
-    """Complete ("X") events grouped by category, in trace order."""
-    buckets: dict[str, list] = {}
+    """Events of the categories the tables use, grouped by category in trace order (every Kineto event of
+    these categories is a complete "X" event); for the others, only their count."""
+    if not events:
+        return {}
+    if isinstance(events[0], Event):
+        # Typed events: categories are strings. Factorize in C instead of a Python loop (5x faster).
+        codes, cats = pd.factorize(pd.Series(_attr(events, "cat"), dtype=object))
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(cats) + 1))
+        buckets: dict[str, list] = {}
+        for i, cat in enumerate(cats):
+            idx = order[bounds[i] : bounds[i + 1]].tolist()  # Python ints: itemgetter on numpy ints is 10x slower
+            if cat in _USED_CATS:
+                buckets[cat] = list(itemgetter(*idx)(events)) if len(idx) > 1 else [events[idx[0]]]
+            else:
+                buckets[cat] = [None] * len(idx)  # counted, never read
+        return buckets
+    buckets = {}
     for ev in events:
         if ev.ph == "X":
-            cat = ev.cat
-            bucket = buckets.get(cat) if isinstance(cat, str) else None
-            if bucket is None:
-                bucket = buckets[cat if isinstance(cat, str) else ""] = []
-            bucket.append(ev)
+            cat = ev.cat if isinstance(ev.cat, str) else ""
+            buckets.setdefault(cat, []).append(ev)
     return buckets
 
 
@@ -331,8 +360,8 @@ def _dims3(values: list) -> np.ndarray:
 
 def _names(items: list, intern: dict[str, str] | None = None) -> pd.Series:
     names = _attr(items, "name")
-    if any(not isinstance(n, str) for n in names):
-        names = ["" if n is None else str(n) for n in names]
+    if items and not isinstance(items[0], Event):
+        names = [n if isinstance(n, str) else "" if n is None else str(n) for n in names]
     if intern is not None:
         names = [intern.setdefault(n, n) for n in names]
     return pd.Series(names, dtype=object)
@@ -357,10 +386,10 @@ def _gather(buckets: dict[str, list], cats: tuple[str, ...]) -> list:
     return out
 
 
-def _tables(doc: KinetoFile, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
-    """The per-category tables of one trace file, and the count of events on accelerators we don't model."""
-    buckets = _bucket_events(doc.traceEvents)
-    empty = Args() if not doc.traceEvents or isinstance(doc.traceEvents[0], Event) else LenientArgs()
+def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
+    """The per-category tables of a list of events, and the count of events on accelerators we don't model."""
+    buckets = _bucket_events(events)
+    empty = Args() if not events or isinstance(events[0], Event) else LenientArgs()
     intern: dict[str, str] = {}
 
     items = _gather(buckets, _KERNEL_CATS)
@@ -410,7 +439,6 @@ def _tables(doc: KinetoFile, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
         {
             **_timed(items, rank, intern),
             "api": np.where([ev.cat == "cuda_driver" for ev in items], "driver", "runtime").astype(object),
-            "pid": pd.Series(_attr(items, "pid"), dtype=object),
             "tid": pd.Series(_attr(items, "tid"), dtype=object),
             "correlation": _ints(_attr(args, "correlation")),
             "external_id": _ints(_attr(args, "external_id")),
@@ -422,8 +450,6 @@ def _tables(doc: KinetoFile, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
     cpu_ops = pd.DataFrame(
         {
             **_timed(items, rank),
-            "pid": pd.Series(_attr(items, "pid"), dtype=object),
-            "tid": pd.Series(_attr(items, "tid"), dtype=object),
             "external_id": _ints(_attr(args, "external_id")),
             "flops": _floats([np.nan if f is None else f for f in _attr(args, "flops")]),
             # Shapes stay raw JSON until an analysis asks (see input_shapes). The copies detach them from
@@ -456,11 +482,25 @@ def _tables(doc: KinetoFile, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
     frames = pd.DataFrame(
         {
             **_timed(items, rank),
-            "pid": pd.Series(_attr(items, "pid"), dtype=object),
             "tid": pd.Series(_attr(items, "tid"), dtype=object),
         }
     )
 
+    other = sum(len(v) for k, v in buckets.items() if k.startswith(_OTHER_DEVICE_PREFIXES))
+    tables = {
+        "kernels": kernels,
+        "memcpys": memcpys,
+        "runtime": runtime,
+        "cpu_ops": cpu_ops,
+        "annotations": annotations,
+        "syncs": syncs,
+        "python_frames": frames,
+    }
+    return tables, other
+
+
+def _steps(annotations: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """ProfilerStep#N host annotations as steps (one row per N, in time order)."""
     host = annotations[~annotations["on_gpu"]]
     step_rows = []
     for name, t0, d in zip(host["name"], host["ts_us"], host["dur_us"]):
@@ -468,27 +508,52 @@ def _tables(doc: KinetoFile, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
         if match:
             step_rows.append((rank, int(match.group(1)), t0, d, t0 + d))
     steps = pd.DataFrame(step_rows, columns=["rank", "step", "ts_us", "dur_us", "end_us"])
-    steps = steps.sort_values("ts_us", kind="stable").drop_duplicates("step").reset_index(drop=True)
+    return steps.sort_values("ts_us", kind="stable").drop_duplicates("step").reset_index(drop=True)
 
-    other = sum(len(v) for k, v in buckets.items() if k.startswith(_OTHER_DEVICE_PREFIXES))
-    tables = {
-        "kernels": kernels.sort_values("ts_us", kind="stable").reset_index(drop=True),
-        "memcpys": memcpys.sort_values("ts_us", kind="stable").reset_index(drop=True),
-        "runtime": runtime.sort_values("ts_us", kind="stable").reset_index(drop=True),
-        "cpu_ops": cpu_ops,
-        "annotations": annotations,
-        "syncs": syncs,
-        "python_frames": frames,
-        "steps": steps,
-    }
-    return tables, other
+
+def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.DataFrame], int, int, int]:
+    """(header, rank, tables, events, bytes, other-device events) of one trace file."""
+    data = read_trace_bytes(file)
+    size = len(data)
+    doc = _decode_header(data, file)
+    rank = index
+    if doc.distributedInfo is not None and doc.distributedInfo.rank is not None:
+        rank = _as_int(doc.distributedInfo.rank, index)
+    raws = doc.traceEvents
+    doc.traceEvents = []
+    chunks = []
+    other = 0
+    for start in range(0, len(raws), CHUNK_EVENTS):
+        events = _decode_chunk(raws[start : start + CHUNK_EVENTS], file)
+        part, part_other = _tables(events, rank)
+        del events
+        chunks.append(part)
+        other += part_other
+    n_events = len(raws)
+    del raws, data
+    if not chunks:
+        chunks.append(_tables([], rank)[0])
+    tables = _concat(chunks)
+    for key in ("kernels", "memcpys", "runtime"):
+        tables[key] = tables[key].sort_values("ts_us", kind="stable").reset_index(drop=True)
+    tables["steps"] = _steps(tables["annotations"], rank)
+    return doc, rank, tables, n_events, size, other
+
+
+def _concat(parts: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    if len(parts) == 1:
+        return parts[0]
+    return {key: pd.concat([p[key] for p in parts], ignore_index=True) for key in parts[0]}
 
 
 def input_shapes(cpu_ops: pd.DataFrame) -> tuple[list, list]:
     """Decoded ``Input Dims`` and ``Input type`` for the given cpu_ops rows (None where absent)."""
-    dims = [_decode_raw_list(r) for r in cpu_ops["input_dims_raw"]]
-    types = [_decode_raw_list(r) for r in cpu_ops["input_types_raw"]]
-    return dims, types
+    return input_shapes_raw(cpu_ops["input_dims_raw"], cpu_ops["input_types_raw"])
+
+
+def input_shapes_raw(dims_raw, types_raw) -> tuple[list, list]:
+    """Decoded ``Input Dims`` and ``Input type`` JSON (bytes or msgspec.Raw; None where absent)."""
+    return [_decode_raw_list(r) for r in dims_raw], [_decode_raw_list(r) for r in types_raw]
 
 
 def _device_infos(doc: KinetoFile) -> list[DeviceInfo]:
@@ -538,17 +603,15 @@ def load_trace(path: str | os.PathLike) -> Trace:
     other = 0
     used_ranks: set[int] = set()
     for index, file in enumerate(files):
-        data = read_trace_bytes(file)
-        size += len(data)
-        doc = _decode(data, file)
-        del data
-        rank = index
-        if doc.distributedInfo is not None and doc.distributedInfo.rank is not None:
-            rank = _as_int(doc.distributedInfo.rank, index)
+        doc, rank, tables, n_events, n_bytes, n_other = _load_file(file, index)
         if rank in used_ranks:
             rank = max(used_ranks) + 1
+            for df in tables.values():
+                df["rank"] = rank
         used_ranks.add(rank)
-        events += len(doc.traceEvents)
+        events += n_events
+        size += n_bytes
+        other += n_other
         if not devices:
             devices = _device_infos(doc)
         if not metadata:
@@ -558,13 +621,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
                 "cuda_driver_version": doc.cuda_driver_version,
                 "world_size": doc.distributedInfo.world_size if doc.distributedInfo else None,
             }
-        tables, other_events = _tables(doc, rank)
-        del doc
-        other += other_events
         parts.append(tables)
-    tables = (
-        {key: pd.concat([p[key] for p in parts], ignore_index=True) for key in parts[0]} if len(parts) > 1 else parts[0]
-    )
+    tables = _concat(parts)
     if len(parts) > 1:
         for key in ("kernels", "memcpys", "runtime"):
             tables[key] = tables[key].sort_values(["rank", "ts_us"], kind="stable").reset_index(drop=True)

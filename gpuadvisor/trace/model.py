@@ -12,16 +12,16 @@ memcpys        one row per gpu_memcpy / gpu_memset
     src_kind, dst_kind ("Pageable", "Pinned", "Device", ...), ts_us, dur_us, end_us, device, stream,
     correlation, external_id, bytes
 runtime        one row per CUDA runtime or driver call on the host (cuda_runtime, cuda_driver)
-    rank, name, api ("runtime" | "driver"), ts_us, dur_us, end_us, pid, tid, correlation, external_id
+    rank, name, api ("runtime" | "driver"), ts_us, dur_us, end_us, tid (host thread), correlation, external_id
 cpu_ops        one row per CPU operator (cpu_op)
-    rank, name, ts_us, dur_us, end_us, pid, tid, external_id, flops (NaN when not recorded),
-    input_dims (list or None), input_types (list or None)
+    rank, name, ts_us, dur_us, end_us, external_id, flops (NaN when not recorded),
+    input_dims_raw, input_types_raw (the raw JSON; decode with kineto.input_shapes)
 annotations    user annotations on the host (user_annotation) and on the GPU (gpu_user_annotation)
     rank, name, on_gpu, ts_us, dur_us, end_us, external_id
 syncs          CUPTI synchronization records (cuda_sync), when the trace has them
     rank, name, ts_us, dur_us, end_us, stream, correlation
 python_frames  Python stack frames (python_function), when recorded with with_stack=True
-    rank, name, ts_us, dur_us, end_us, pid, tid
+    rank, name ("file.py(line): function"), ts_us, dur_us, end_us, tid
 steps          one row per ProfilerStep#N annotation (empty when the trace has none)
     rank, step, ts_us, dur_us, end_us
 """
