@@ -1,6 +1,7 @@
 """Measurements behind the thresholds in gpuadvisor/rules/catalog (GA301, GA401, GA402).
 
-Run on a CUDA GPU: python3 benchmarks/rule_thresholds.py  (prints JSON; results in benchmarks/results/rule_thresholds.json)
+Run on a CUDA GPU: python3 benchmarks/rule_thresholds.py
+(prints JSON; the results are in benchmarks/results/rule_thresholds.json)
 CUDA-event medians of 30 runs after 5 warm-ups; host-blocked times with perf_counter.
 """
 

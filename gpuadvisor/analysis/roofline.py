@@ -4,8 +4,8 @@ FLOPs and bytes come from the operator that launched the kernel (linked through 
 profiler's FLOP count when it recorded one (``with_flops=True``; matmuls and convolutions), otherwise an
 estimate from the recorded input shapes and dtypes (``record_shapes=True``). Bytes are always an
 estimate (inputs read once, output written once). When an operator launches several kernels, its FLOPs
-and bytes are split among them in proportion to their durations. ``estimated`` marks every row whose
-numbers are not the profiler's own.
+and bytes are split among them in proportion to their durations. ``estimated`` marks every row whose FLOPs
+are not the profiler's own count, or whose class comes from the name-family fallback below.
 
 Classes, in order of precedence:
 - ``launch``: the kernel ran shorter than its own launch call took on the host;
@@ -56,7 +56,7 @@ DTYPE_ORDER = ["c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::BFloat16", "c10::
 FAMILY_PATTERNS = [
     ("communication", r"nccl|rccl|all_?reduce|allgather|reduce_?scatter|sendrecv"),
     ("attention", r"flash|fmha|attention|sdpa|mha_"),
-    ("gemm", r"gemm|gemv|xmma|wgmma|cutlass|sgemm|hgemm|matmul|_mm_|cublas|splitk|dot_kernel"),
+    ("gemm", r"gemm|gemv|xmma|wgmma|cutlass|nvjet|sgemm|hgemm|matmul|_mm_|cublas|splitk|dot_kernel"),
     ("convolution", r"conv|fprop|dgrad|wgrad|implicit_convolve|winograd"),
     ("normalization", r"norm|softmax"),
     ("reduction", r"reduce|triton_red|triton_per|sum_kernel|mean|argmax|topk|cub::"),
@@ -169,7 +169,7 @@ def op_cost(
         flops = float(biggest[0])
     if recorded_flops > 0:
         flops = recorded_flops
-        estimated = name not in _MATMUL_OPS  # bytes are estimated regardless; FLOPs are the profiler's
+        estimated = False  # FLOPs are the profiler's own count; bytes are always estimated (module doc)
     return flops, float(read + write), dtype, estimated
 
 
@@ -295,11 +295,14 @@ def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> p
     """Kernels grouped by name. Columns: name, family, count, count_per_step, total_us, us_per_step,
     mean_us, pct_of_gpu_time, flops, bytes, intensity, achieved_flops_per_s, achieved_bytes_per_s, bound
     (the class holding most of the name's time), pct_of_roof (time-weighted), estimated, blocks (median),
-    dtype. Sorted by total_us, largest first. ``*_per_step`` use kernels inside steps only.
+    dtype. Sorted by total_us, largest first. When the trace has steps, only kernels inside steps count.
     """
     if not len(kernels):
         return pd.DataFrame()
-    k = kernels.copy()
+    # With steps, describe the steps: kernels outside every step (spill-over from the step before the
+    # profiler's active window) have no recorded operator and would blur the figures.
+    k = kernels[kernels["step_index"] >= 0] if (kernels["step_index"] >= 0).any() else kernels
+    k = k.copy()
     k["in_step"] = k["step_index"] >= 0
     k["roof_weight"] = np.where(k["pct_of_roof"].notna(), k["dur_us"], 0.0)
     k["roof_weighted"] = k["pct_of_roof"].fillna(0.0) * k["roof_weight"]

@@ -234,7 +234,7 @@ def source_line(frames: pd.DataFrame, ts_us: float, tid) -> str | None:
 def host_sync_table(
     trace: Trace, frames: pd.DataFrame | None = None, max_lookups: int = 200, syncs: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """Host synchronizations grouped by call, operator and source line.
+    """Host synchronizations grouped by call, operator and source line (inside steps when there are steps).
 
     Columns: name (the blocking call), op (the operator that issued it, e.g. aten::_local_scalar_dense
     for ``.item()``; None when unknown), source (user file:line when the trace has Python stacks),
@@ -242,6 +242,8 @@ def host_sync_table(
     """
     calls = sync_calls(trace) if syncs is None else syncs
     cols = ["name", "op", "source", "count", "total_us", "steps_seen"]
+    if (calls["step_index"] >= 0).any():
+        calls = calls[calls["step_index"] >= 0]  # the syncs of the steps, not of the harness around them
     if not len(calls):
         return pd.DataFrame({c: [] for c in cols})
     ops = trace.cpu_ops[["rank", "external_id", "name"]].drop_duplicates(["rank", "external_id"])

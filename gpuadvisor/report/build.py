@@ -93,8 +93,8 @@ def build_report(
             "compute_capability": f"{device.compute_capability[0]}.{device.compute_capability[1]}"
             if device and device.compute_capability
             else None,
-            "driver": clean(trace.metadata.get("cuda_driver_version")),
-            "cuda": clean(trace.metadata.get("cuda_runtime_version")),
+            "driver": _cuda_version(trace.metadata.get("cuda_driver_version")),
+            "cuda": _cuda_version(trace.metadata.get("cuda_runtime_version")),
             "torch": None,
             "triton": None,
             "clocks": None,
@@ -182,6 +182,14 @@ def build_report(
         "notes": list(a.notes),
     }
     return clean(report)
+
+
+def _cuda_version(value: Any) -> str | None:
+    """Kineto writes CUDA versions as integers, 1000 * major + 10 * minor (12040 = 12.4)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None if value is None else str(value)
+    value = int(value)
+    return f"{value // 1000}.{(value % 1000) // 10}"
 
 
 def _class_totals(a: Analysis) -> dict[str, float]:
