@@ -78,8 +78,15 @@ def test_h200_holds_datasheet_not_measured_numbers():
     assert "H200 datasheet" in p.source and "dense" in p.source
     assert p.hbm_bytes_per_s == pytest.approx(4.8e12)
     assert p.flops_per_s == pytest.approx(
-        {"fp64": 34e12, "fp32": 67e12, "tf32": 494.7e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12,
-         "int8": 1979e12}
+        {
+            "fp64": 34e12,
+            "fp32": 67e12,
+            "tf32": 494.7e12,
+            "bf16": 989.5e12,
+            "fp16": 989.5e12,
+            "fp8": 1979e12,
+            "int8": 1979e12,
+        }
     )
     assert p.host_link_bytes_per_s == pytest.approx(64e9)
     assert ridge_point(p, "c10::BFloat16") == pytest.approx(989.5e12 / 4.8e12)
@@ -172,9 +179,28 @@ def test_all_entries():
     entries = all_entries()
     keys = [e.key for e in entries]
     assert len(keys) == len(set(keys))
-    for needed in ("h100-sxm", "h100-pcie", "h100-nvl", "h200-sxm", "h200-nvl", "a100-sxm-40gb", "a100-sxm-80gb",
-                   "a100-pcie-40gb", "a100-pcie-80gb", "l4", "l40s", "l40", "a10", "a10g", "rtx-4090", "rtx-3090",
-                   "b200", "v100-sxm2", "v100-pcie", "t4"):
+    for needed in (
+        "h100-sxm",
+        "h100-pcie",
+        "h100-nvl",
+        "h200-sxm",
+        "h200-nvl",
+        "a100-sxm-40gb",
+        "a100-sxm-80gb",
+        "a100-pcie-40gb",
+        "a100-pcie-80gb",
+        "l4",
+        "l40s",
+        "l40",
+        "a10",
+        "a10g",
+        "rtx-4090",
+        "rtx-3090",
+        "b200",
+        "v100-sxm2",
+        "v100-pcie",
+        "t4",
+    ):
         assert needed in keys
     for e in entries:
         assert e.known and e.source and e.references and e.sm_count and e.sm_count > 0
@@ -211,14 +237,34 @@ def test_module_needs_no_pandas_or_torch():
 @pytest.mark.parametrize(
     ("dtype", "key"),
     [
-        ("float", "fp32"), ("float32", "fp32"), ("torch.float32", "fp32"), ("c10::complex<float>", "fp32"),
-        ("double", "fp64"), ("torch.float64", "fp64"),
-        ("c10::BFloat16", "bf16"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"),
-        ("c10::Half", "fp16"), ("half", "fp16"), ("float16", "fp16"), ("c10::complex<c10::Half>", "fp16"),
-        ("c10::Float8_e4m3fn", "fp8"), ("c10::Float8_e5m2", "fp8"), ("torch.float8_e4m3fnuz", "fp8"),
-        ("unsigned char", "int8"), ("signed char", "int8"), ("int8", "int8"), ("c10::qint8", "int8"),
-        ("tf32", "tf32"), ("FP32", "fp32"),
-        ("long int", None), ("int", None), ("bool", None), ("Scalar", None), ("", None), (None, None),
+        ("float", "fp32"),
+        ("float32", "fp32"),
+        ("torch.float32", "fp32"),
+        ("c10::complex<float>", "fp32"),
+        ("double", "fp64"),
+        ("torch.float64", "fp64"),
+        ("c10::BFloat16", "bf16"),
+        ("bfloat16", "bf16"),
+        ("torch.bfloat16", "bf16"),
+        ("c10::Half", "fp16"),
+        ("half", "fp16"),
+        ("float16", "fp16"),
+        ("c10::complex<c10::Half>", "fp16"),
+        ("c10::Float8_e4m3fn", "fp8"),
+        ("c10::Float8_e5m2", "fp8"),
+        ("torch.float8_e4m3fnuz", "fp8"),
+        ("unsigned char", "int8"),
+        ("signed char", "int8"),
+        ("int8", "int8"),
+        ("c10::qint8", "int8"),
+        ("tf32", "tf32"),
+        ("FP32", "fp32"),
+        ("long int", None),
+        ("int", None),
+        ("bool", None),
+        ("Scalar", None),
+        ("", None),
+        (None, None),
     ],
 )
 def test_dtype_key(dtype, key):
@@ -254,13 +300,17 @@ def test_toml_override_over_table_entry(tmp_path):
 
 def test_json_override_defines_unknown_gpu(tmp_path):
     f = tmp_path / "artemis.json"
-    f.write_text(json.dumps({
-        "gpu": "ARTEMIS prototype",
-        "hbm_bytes_per_s": 2.5e12,
-        "flops_per_s": {"bf16": 500e12, "fp32": 50e12},
-        "host_link_gb_per_s": 25,
-        "references": ["https://example.com/artemis"],
-    }))
+    f.write_text(
+        json.dumps(
+            {
+                "gpu": "ARTEMIS prototype",
+                "hbm_bytes_per_s": 2.5e12,
+                "flops_per_s": {"bf16": 500e12, "fp32": 50e12},
+                "host_link_gb_per_s": 25,
+                "references": ["https://example.com/artemis"],
+            }
+        )
+    )
     p = lookup_peaks(dev("ARTEMIS", sm_count=96), override=str(f))
     assert p.known and p.key is None and p.gpu == "ARTEMIS prototype"
     assert p.source == f"override file {f}"
