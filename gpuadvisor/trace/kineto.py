@@ -242,9 +242,25 @@ def _decode_header(data: bytes, path: Path) -> KinetoFile:
     return doc
 
 
-def _decode_chunk(raws: list[msgspec.Raw], path: Path) -> list:
+def _address(buffer) -> int:
+    return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0]
+
+
+def _chunk_bytes(data: bytes, raws: list[msgspec.Raw]) -> bytes:
+    """The events ``raws`` as one JSON array. The raw events are views into ``data``, in order, so the
+    chunk is one slice of it from the first event to the end of the last (the commas between them
+    included); joining them one by one instead costs 1.5 µs per event."""
+    base = _address(data)
+    start = _address(raws[0]) - base
+    end = _address(raws[-1]) - base + len(raws[-1])
+    if 0 <= start < end <= len(data) and data[start : start + len(raws[0])] == bytes(raws[0]):
+        return b"[" + data[start:end] + b"]"
+    return b"[" + b",".join(raws) + b"]"
+
+
+def _decode_chunk(data: bytes, raws: list[msgspec.Raw], path: Path) -> list:
     """Typed events for a slice of raw events; the lenient structs when a field has an unexpected type."""
-    joined = b"[" + b",".join(raws) + b"]"
+    joined = _chunk_bytes(data, raws)
     try:
         return _CHUNK_DECODERS[0].decode(joined)
     except msgspec.ValidationError:
@@ -524,7 +540,7 @@ def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.Da
     chunks = []
     other = 0
     for start in range(0, len(raws), CHUNK_EVENTS):
-        events = _decode_chunk(raws[start : start + CHUNK_EVENTS], file)
+        events = _decode_chunk(data, raws[start : start + CHUNK_EVENTS], file)
         part, part_other = _tables(events, rank)
         del events
         chunks.append(part)
