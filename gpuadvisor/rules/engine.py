@@ -75,6 +75,11 @@ class SkipRule(Exception):
 
 Detector = Callable[[Any, Rule], "Finding | list[Finding] | None"]
 DETECTORS: dict[str, Detector] = {}
+# The detectors gpuadvisor.rules.detectors registers. Named here so that listing and validating rules
+# (`gpuadvisor rules`, `explain`) does not import the analyses and pandas; a test keeps the two in step.
+BUILTIN_DETECTORS = frozenset(
+    {"launch_bound", "underfilled_kernels", "elementwise_chain", "fp32_matmul", "host_syncs", "pageable_copies"}
+)
 
 
 def detector(name: str) -> Callable[[Detector], Detector]:
@@ -165,13 +170,10 @@ def load_rules(extra_dir: str | Path | None = None) -> list[Rule]:
         for path in files:
             rule = parse_rule(path)
             rules[rule.id] = rule
-    from gpuadvisor.rules import detectors  # noqa: F401  (registers the built-in detectors)
-
+    known = BUILTIN_DETECTORS | set(DETECTORS)
     for rule in rules.values():
-        if rule.detector not in DETECTORS:
-            raise BadInputError(
-                f"{rule.path}: unknown detector '{rule.detector}' (known: {', '.join(sorted(DETECTORS))})"
-            )
+        if rule.detector not in known:
+            raise BadInputError(f"{rule.path}: unknown detector '{rule.detector}' (known: {', '.join(sorted(known))})")
     return [rules[k] for k in sorted(rules)]
 
 
@@ -213,6 +215,8 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
 def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dict[str, str]]]:
     """Run each rule's detector. Returns findings sorted by estimated saving (largest first) and the
     skipped rules with their reasons."""
+    from gpuadvisor.rules import detectors  # noqa: F401  (registers the built-in detectors)
+
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for rule in rules:

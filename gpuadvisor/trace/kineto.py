@@ -167,32 +167,30 @@ def read_trace_bytes(path: Path) -> bytes:
 
 
 def _gunzip_guarded(f, path: Path) -> bytes:
+    """Decompress a gzip stream (one member or several concatenated), at most one chunk of output at a
+    time, checking the start of the data and the bomb limits after every chunk."""
     out = bytearray()
     decomp = zlib.decompressobj(wbits=31)
     compressed = 0
+    pending = b""
     checked_start = False
     while True:
-        chunk = f.read(_CHUNK)
-        if not chunk:
-            break
-        compressed += len(chunk)
+        if not pending:
+            pending = f.read(_CHUNK)
+            if not pending:
+                break
+            compressed += len(pending)
+        if decomp.eof:
+            if not pending.strip(b"\x00"):
+                pending = b""  # zero padding after the last member, as tape and block devices leave
+                continue
+            decomp = zlib.decompressobj(wbits=31)  # another member follows: concatenated gzip is valid
         try:
-            piece = decomp.decompress(chunk, _CHUNK * 64)
-            while True:
-                out += piece
-                if decomp.unconsumed_tail:
-                    piece = decomp.decompress(decomp.unconsumed_tail, _CHUNK * 64)
-                else:
-                    break
-                _check_bomb(path, len(out), compressed)
-            while decomp.eof and decomp.unused_data:
-                # Another gzip member follows (concatenated .gz files are valid gzip).
-                rest = decomp.unused_data
-                decomp = zlib.decompressobj(wbits=31)
-                out += decomp.decompress(rest)
+            out += decomp.decompress(pending, _CHUNK)
         except zlib.error as exc:
             raise BadInputError(f"{path}: corrupt gzip data ({exc})") from None
-        if not checked_start and len(out) >= 1:
+        pending = decomp.unused_data if decomp.eof else decomp.unconsumed_tail
+        if not checked_start:
             stripped = bytes(out[:4096]).lstrip()
             if stripped:
                 checked_start = True
@@ -225,6 +223,9 @@ def _decode_header(data: bytes, path: Path) -> KinetoFile:
     """The trace's metadata, with ``traceEvents`` as a list of raw (undecoded) events."""
     start = data[:4096].lstrip()[:1]
     if start not in (b"{", b"["):
+        head = bytes(data[:4096]).strip()[:16]
+        if head in (b"null", b"true", b"false") or head[:1] in b'"-0123456789':
+            raise BadInputError(f"{path}: not a Kineto trace (a JSON {head.decode(errors='replace')!r}, not an object)")
         raise BadInputError(f"{path}: not JSON (starts with {bytes(data[:16])!r})")
     try:
         if start == b"[":  # the Chrome trace format also allows a bare array of events
@@ -443,18 +444,19 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
             "bytes": _ints(_attr(args, "bytes")),
         }
     )
-    memcpys.insert(2, "op", np.where([ev.cat == "gpu_memset" for ev in items], "memset", "memcpy").astype(object))
+    memcpys.insert(2, "op", pd.Series(["memset" if ev.cat == "gpu_memset" else "memcpy" for ev in items], dtype=object))
     kinds = memcpys["name"].str.extract(_MEMCPY_RE)
-    memcpys.insert(3, "direction", kinds[0].fillna("?").where(memcpys["op"] == "memcpy", "Memset"))
-    memcpys.insert(4, "src_kind", kinds[1].fillna("").where(memcpys["op"] == "memcpy", ""))
-    memcpys.insert(5, "dst_kind", kinds[2].fillna("").where(memcpys["op"] == "memcpy", "Device"))
+    is_copy = memcpys["op"] == "memcpy"
+    memcpys.insert(3, "direction", kinds[0].fillna("?").where(is_copy, "Memset").astype(object))
+    memcpys.insert(4, "src_kind", kinds[1].fillna("").where(is_copy, "").astype(object))
+    memcpys.insert(5, "dst_kind", kinds[2].fillna("").where(is_copy, "Device").astype(object))
 
     items = _gather(buckets, _RUNTIME_CATS)
     args = _args(items, empty)
     runtime = pd.DataFrame(
         {
             **_timed(items, rank, intern),
-            "api": np.where([ev.cat == "cuda_driver" for ev in items], "driver", "runtime").astype(object),
+            "api": pd.Series(["driver" if ev.cat == "cuda_driver" else "runtime" for ev in items], dtype=object),
             "tid": pd.Series(_attr(items, "tid"), dtype=object),
             "correlation": _ints(_attr(args, "correlation")),
             "external_id": _ints(_attr(args, "external_id")),
@@ -550,7 +552,7 @@ def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.Da
     if not chunks:
         chunks.append(_tables([], rank)[0])
     tables = _concat(chunks)
-    for key in ("kernels", "memcpys", "runtime"):
+    for key in ("kernels", "memcpys", "runtime", "annotations"):
         tables[key] = tables[key].sort_values("ts_us", kind="stable").reset_index(drop=True)
     tables["steps"] = _steps(tables["annotations"], rank)
     return doc, rank, tables, n_events, size, other
@@ -618,6 +620,7 @@ def load_trace(path: str | os.PathLike) -> Trace:
     size = 0
     other = 0
     used_ranks: set[int] = set()
+    per_rank: dict[int, tuple[int, int]] = {}
     for index, file in enumerate(files):
         doc, rank, tables, n_events, n_bytes, n_other = _load_file(file, index)
         if rank in used_ranks:
@@ -627,6 +630,7 @@ def load_trace(path: str | os.PathLike) -> Trace:
         used_ranks.add(rank)
         events += n_events
         size += n_bytes
+        per_rank[rank] = (n_events, n_bytes)
         other += n_other
         if not devices:
             devices = _device_infos(doc)
@@ -650,5 +654,6 @@ def load_trace(path: str | os.PathLike) -> Trace:
         event_count=events,
         size_bytes=size,
         other_device_events=other,
+        rank_sizes=per_rank,
         **tables,
     )

@@ -65,6 +65,7 @@ class Trace:
     event_count: int = 0
     size_bytes: int = 0
     other_device_events: int = 0  # events on accelerators this reader does not model (mtia_*, ...)
+    rank_sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (events, bytes) of its file
 
     @property
     def device(self) -> DeviceInfo | None:
@@ -101,7 +102,8 @@ class Trace:
             devices=self.devices,
             ranks=[rank],
             metadata=self.metadata,
-            event_count=self.event_count,
-            size_bytes=self.size_bytes,
+            event_count=self.rank_sizes.get(rank, (self.event_count, 0))[0],
+            size_bytes=self.rank_sizes.get(rank, (0, self.size_bytes))[1],
             other_device_events=self.other_device_events,
+            rank_sizes={rank: self.rank_sizes[rank]} if rank in self.rank_sizes else {},
         )

@@ -1,0 +1,39 @@
+"""Shared test helpers: run Python, or the `gpuadvisor` CLI of this checkout, in a fresh interpreter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(argv: list, timeout: float) -> subprocess.CompletedProcess:
+    """``python ARGV`` with this checkout first on the path, default limits and no colour; output captured."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(NO_COLOR="1", COLUMNS="160")
+    return subprocess.run(
+        [sys.executable, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*args)`` runs ``python -m gpuadvisor ARGS`` and returns the CompletedProcess (never raises)."""
+    return lambda *args, timeout=120: _run(["-m", "gpuadvisor", *args], timeout)
+
+
+@pytest.fixture(scope="session")
+def python():
+    """``python(*args)`` runs ``python ARGS`` the same way (``python("-c", code)``)."""
+    return lambda *args, timeout=120: _run(list(args), timeout)

@@ -1,0 +1,78 @@
+"""The rule catalog and engine: TOML data validated on load, detectors registered by name."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuadvisor.errors import BadInputError
+from gpuadvisor.rules.engine import BUILTIN_DETECTORS, CATALOG_DIR, DETECTORS, load_rules, parse_rule
+
+
+def test_builtin_detector_names_match_the_registered_detectors():
+    from gpuadvisor.rules import detectors  # noqa: F401
+
+    assert set(DETECTORS) == set(BUILTIN_DETECTORS)
+
+
+def test_catalog_rules_have_docs_thresholds_and_stable_file_names():
+    rules = load_rules()
+    assert [r.id for r in rules] == ["GA101", "GA102", "GA201", "GA301", "GA401", "GA402"]
+    for rule in rules:
+        assert Path(rule.path).name == f"{rule.id}-{rule.name}.toml"
+        assert rule.thresholds and all(v > 0 for v in rule.thresholds.values())
+        assert set(rule.doc) == {"what", "why", "example", "fix"}
+    assert {r.id: r.fix_id for r in rules}["GA101"] == "graphs"
+    assert {r.id: r.fix_id for r in rules}["GA201"] == "fusion"
+
+
+def test_listing_rules_does_not_import_the_analyses():
+    code = "import sys; from gpuadvisor.rules.engine import load_rules; load_rules(); print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.replace('severity = "high"', 'severity = "urgent"'), "severity 'urgent'"),
+        (lambda t: t.replace('id = "GA101"', 'id = "X101"'), "is not of the form"),
+        (lambda t: t.replace('detector = "launch_bound"', 'detector = "nope"'), "unknown detector 'nope'"),
+        (lambda t: t.replace("min_launch_idle_pct = 30.0", 'min_launch_idle_pct = "30"'), "must be a number"),
+        (lambda t: "exec = 'import os'\n" + t, "unknown key(s) exec"),
+        (lambda t: t.replace("[doc]", "[doc]\nwhat = 'x'\n", 1), "invalid TOML"),
+    ],
+)
+def test_bad_rule_files_are_refused_with_one_line(tmp_path, edit, message):
+    text = (CATALOG_DIR / "GA101-launch-bound.toml").read_text()
+    (tmp_path / "GA101-launch-bound.toml").write_text(edit(text))
+    with pytest.raises(BadInputError) as info:
+        load_rules(tmp_path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_user_rule_overrides_builtin_by_id(tmp_path):
+    shutil.copy(CATALOG_DIR / "GA101-launch-bound.toml", tmp_path / "mine.toml")
+    text = (tmp_path / "mine.toml").read_text().replace("min_launch_idle_pct = 30.0", "min_launch_idle_pct = 99.5")
+    (tmp_path / "mine.toml").write_text(text)
+    rules = {r.id: r for r in load_rules(tmp_path)}
+    assert rules["GA101"].thresholds["min_launch_idle_pct"] == 99.5
+    assert parse_rule(tmp_path / "mine.toml").path.endswith("mine.toml")
+
+
+def test_raised_threshold_silences_the_finding(tmp_path):
+    from gpuadvisor.pipeline import analyze_path
+
+    samples = Path(__file__).resolve().parents[1] / "sample_traces"
+    text = (CATALOG_DIR / "GA101-launch-bound.toml").read_text().replace(
+        "min_launch_idle_pct = 30.0", "min_launch_idle_pct = 99.0"
+    )
+    (tmp_path / "GA101.toml").write_text(text)
+    baseline = analyze_path(samples / "llama_decode.json.gz")
+    raised = analyze_path(samples / "llama_decode.json.gz", rules_dir=tmp_path)
+    assert baseline["findings"][0]["rule_id"] == "GA101"
+    assert "GA101" not in [f["rule_id"] for f in raised["findings"]]  # idle for launches is 96.4% < 99%
