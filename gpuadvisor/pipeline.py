@@ -13,13 +13,16 @@ def analyze_trace_object(
 ) -> dict[str, Any]:
     """Analyze an already-loaded single-rank :class:`Trace` into a report dict (built-in rules by default)."""
     from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.device.calibrate import load_calibration
     from gpuadvisor.device.peaks import lookup_peaks
     from gpuadvisor.report.build import build_report
     from gpuadvisor.rules.engine import load_rules, run_rules
 
     if rules is None:
         rules = load_rules()
-    peaks = lookup_peaks(trace.device, peaks_file)
+    device = trace.device
+    calibration = load_calibration(device.name) if device is not None else None  # `gpuadvisor calibrate`'s cache
+    peaks = lookup_peaks(device, peaks_file, calibration=calibration)
     analysis = analyze_trace(trace, peaks)
     findings, skipped = run_rules(analysis, rules)
     return build_report(analysis, findings, skipped, command=command, env=env)
@@ -49,6 +52,11 @@ def analyze_path(path: str | Path, *, peaks_file=None, rules_dir=None, rank: int
             raise BadInputError(
                 f"{path}: no CUDA/HIP GPU kernels in this trace ({trace.other_device_events} events of another "
                 "accelerator type, which gpuadvisor does not analyze)"
+            )
+        if len(trace.runtime):
+            raise BadInputError(
+                f"{path}: no GPU kernels in this trace ({len(trace.runtime)} CUDA runtime calls but no kernel or "
+                "memcpy records: CUPTI activity tracing was off, e.g. a counters-only or range profile)"
             )
         raise BadInputError(
             f"{path}: no GPU kernels in this trace (CPU-only profile; record with ProfilerActivity.CUDA)"
