@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Generic, TypeVar, Union
 
@@ -313,28 +313,19 @@ _USED_CATS = _KERNEL_CATS + _RUNTIME_CATS + _MEMCPY_CATS + _ANNOTATION_CATS + ("
 
 
 def _bucket_events(events: list) -> dict[str, list]:
-    """Events of the categories the tables use, grouped by category in trace order (every Kineto event of
-    these categories is a complete "X" event); for the others, only their count."""
-    if not events:
-        return {}
-    if isinstance(events[0], Event):
-        # Typed events: categories are strings. Factorize in C instead of a Python loop (5x faster).
-        codes, cats = pd.factorize(pd.Series(_attr(events, "cat"), dtype=object))
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(len(cats) + 1))
-        buckets: dict[str, list] = {}
-        for i, cat in enumerate(cats):
-            idx = order[bounds[i] : bounds[i + 1]].tolist()  # Python ints: itemgetter on numpy ints is 10x slower
-            if cat in _USED_CATS:
-                buckets[cat] = list(itemgetter(*idx)(events)) if len(idx) > 1 else [events[idx[0]]]
-            else:
-                buckets[cat] = [None] * len(idx)  # counted, never read
+    """Complete ("X") events grouped by category, in trace order. Typed events skip the phase check:
+    Kineto writes every event of the categories the tables read as a complete event."""
+    buckets: dict[str, list] = {}
+    if events and isinstance(events[0], Event):
+        for ev in events:
+            bucket = buckets.get(ev.cat)
+            if bucket is None:
+                bucket = buckets[ev.cat] = []
+            bucket.append(ev)
         return buckets
-    buckets = {}
     for ev in events:
         if ev.ph == "X":
-            cat = ev.cat if isinstance(ev.cat, str) else ""
-            buckets.setdefault(cat, []).append(ev)
+            buckets.setdefault(ev.cat if isinstance(ev.cat, str) else "", []).append(ev)
     return buckets
 
 
@@ -471,7 +462,7 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
             "external_id": _ints(_attr(args, "external_id")),
             "flops": _floats([np.nan if f is None else f for f in _attr(args, "flops")]),
             # Shapes stay raw JSON until an analysis asks (see input_shapes). The copies detach them from
-            # the trace buffer, which can then be freed.
+            # the trace bytes, so that each chunk's views do not keep the whole buffer alive.
             "input_dims_raw": pd.Series([r.copy() for r in _attr(args, "input_dims")], dtype=object),
             "input_types_raw": pd.Series([r.copy() for r in _attr(args, "input_types")], dtype=object),
         }
