@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Tests never read or write the user's cache: a calibration cached by `gpuadvisor calibrate` on this
+# machine would change the roofs, and so the expected findings. Subprocesses inherit this.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpuadvisor-test-cache-")
 
 
 def _run(argv: list, timeout: float) -> subprocess.CompletedProcess:

@@ -1,7 +1,8 @@
 """Per-GPU peak rates for the roofline: memory bandwidth, FLOP/s per dtype, host link.
 
 The table holds vendor datasheet figures, never measured ones (a ``calibrate`` run or a ``--peaks``
-file provides those). Conventions, for every entry:
+file provides those: :func:`lookup_peaks` puts a calibration over the table, and a ``--peaks`` file over
+both). Conventions, for every entry:
 
 - ``flops_per_s`` keys are ``fp64``, ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``int8`` (ops/s for
   int8). Tensor-core figures (tf32, bf16, fp16, fp8, int8) are DENSE rates: half the "with sparsity"
@@ -47,6 +48,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,7 @@ __all__ = [
     "DevicePeaks",
     "PeaksOverride",
     "all_entries",
+    "apply_calibration",
     "dtype_key",
     "lookup_peaks",
     "peak_flops",
@@ -748,13 +751,19 @@ def _device_fields(device: DeviceInfo | str | None) -> tuple[str | None, int | N
     )
 
 
-def lookup_peaks(device: DeviceInfo | str | None, override: str | Path | None = None) -> DevicePeaks:
+def lookup_peaks(
+    device: DeviceInfo | str | None,
+    override: str | Path | None = None,
+    calibration: Mapping[str, Any] | None = None,
+) -> DevicePeaks:
     """The peak rates for a trace's GPU (a DeviceInfo, or a deviceProperties name).
 
-    Without a table entry the result has ``known=False`` and no rates. ``override`` names a ``--peaks``
-    file (see :func:`read_peaks_file`): its values replace the table's; for a GPU the table lacks they
-    define it (then ``known=True``). When the file names a ``gpu`` the table knows, that entry is the
-    base the file's values go over. ``sm_count`` comes from the DeviceInfo when it has one.
+    Without a table entry the result has ``known=False`` and no rates. ``calibration`` is a result of
+    ``gpuadvisor calibrate`` (see :func:`apply_calibration`): its measured rates replace the table's.
+    ``override`` names a ``--peaks`` file (see :func:`read_peaks_file`): its values replace the table's
+    and the calibration's; for a GPU the table lacks they define it (then ``known=True``). When the file
+    names a ``gpu`` the table knows, that entry is the base the file's values go over.
+    ``sm_count`` comes from the DeviceInfo when it has one.
     """
     name, sm_count, memory_bytes = _device_fields(device)
     entry = None
@@ -769,9 +778,60 @@ def lookup_peaks(device: DeviceInfo | str | None, override: str | Path | None = 
         shown = name.strip() if name and name.strip() else "unknown"
         peaks = DevicePeaks(gpu=shown, known=False, source=f"no entry for '{shown}'", sm_count=sm_count)
 
+    if calibration is not None:
+        peaks = apply_calibration(peaks, calibration)
     if override is None:
         return peaks
     return _apply_override(peaks, read_peaks_file(override), sm_count)
+
+
+def _measured_rate(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def apply_calibration(peaks: DevicePeaks, calibration: Mapping[str, Any]) -> DevicePeaks:
+    """``peaks`` with the rates a ``gpuadvisor calibrate`` result measured put over them.
+
+    Measured keys: ``hbm_bytes_per_s`` (device copy, bytes read + written), ``flops_per_s`` per dtype
+    (GEMM 8192³), and the host link from ``host_to_device_bytes_per_s`` / ``device_to_host_bytes_per_s``
+    (the faster direction: a roof bounds both). Rates the calibration lacks (fp64, int8, a skipped fp8)
+    stay the table's, and ``source`` says so. A calibration without a valid rate changes nothing.
+    """
+    hbm = _measured_rate(calibration.get("hbm_bytes_per_s"))
+    links = [_measured_rate(calibration.get(k)) for k in ("host_to_device_bytes_per_s", "device_to_host_bytes_per_s")]
+    link = max((r for r in links if r is not None), default=None)
+    raw_flops = calibration.get("flops_per_s")
+    raw_flops = raw_flops if isinstance(raw_flops, Mapping) else {}
+    measured_flops = {k: _measured_rate(v) for k, v in raw_flops.items() if k in DTYPE_KEYS}
+    measured_flops = {k: v for k, v in measured_flops.items() if v is not None}
+    if hbm is None and link is None and not measured_flops:
+        return peaks
+
+    flops = dict(peaks.flops_per_s)
+    flops.update(measured_flops)
+    date = str(calibration.get("date") or "")[:10] or "undated"
+    source = f"calibrated on this GPU ({date})"
+    if peaks.known:
+        from_table = [k for k in DTYPE_KEYS if k in peaks.flops_per_s and k not in measured_flops]
+        if hbm is None and peaks.hbm_bytes_per_s is not None:
+            from_table.insert(0, "memory bandwidth")
+        if from_table:
+            source += f"; {', '.join(from_table)} from {peaks.source}"
+    gpu = peaks.gpu if peaks.known else str(calibration.get("gpu") or peaks.gpu)
+    sms = calibration.get("sm_count")
+    return DevicePeaks(
+        gpu=gpu,
+        known=True,
+        source=source,
+        hbm_bytes_per_s=hbm if hbm is not None else peaks.hbm_bytes_per_s,
+        flops_per_s={k: flops[k] for k in DTYPE_KEYS if k in flops},
+        host_link_bytes_per_s=link if link is not None else peaks.host_link_bytes_per_s,
+        sm_count=peaks.sm_count or (sms if isinstance(sms, int) and not isinstance(sms, bool) and sms > 0 else None),
+        references=list(peaks.references),
+        key=peaks.key,
+    )
 
 
 def _apply_override(base: DevicePeaks, ov: PeaksOverride, device_sms: int | None) -> DevicePeaks:
