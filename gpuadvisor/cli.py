@@ -130,11 +130,104 @@ def analyze(
     if trace is not None and sample is not None:
         raise BadInputError("give a trace path or --sample, not both")
     path = trace if trace is not None else _sample_path(sample or DEFAULT_SAMPLE)
+    if not path.exists():  # before the trace reader (and pandas) is imported: a typo answers at once
+        raise BadInputError(f"{path}: no such file or directory")
     status_console = _console(stderr=True)
     with status_console.status(f"Analyzing {path} …", spinner="dots") if sys.stderr.isatty() else _nullcontext():
         report = analyze_path(path, peaks_file=peaks, rules_dir=rules, rank=rank)
     _emit(report, output_format, out, top)
     _check_fail_on(report, fail_on)
+
+
+@app.command()
+def profile(
+    model: Annotated[
+        Path,
+        typer.Argument(help="A model.py file: build() returns (model, example_inputs); optional step(model, inputs)."),
+    ],
+    entry: Annotated[
+        str | None, typer.Option("--entry", help="Another build function: 'build_small' or 'pkg.module:function'.")
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first (compilation, autotuning).")] = 5,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps timed with CUDA events, no profiler.")] = 30,
+    profile_steps: Annotated[int, typer.Option("--profile-steps", min=1, help="Steps recorded by the profiler.")] = 3,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder (default: gpuadvisor-out/<model name>): trace.json.gz, "
+            "report.json, report.md, nvml.csv.",
+        ),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="terminal, json or markdown, to stdout.")
+    ] = OutputFormat.terminal,
+    peaks: Annotated[Path | None, typer.Option("--peaks", help="TOML/JSON file with this GPU's peaks.")] = None,
+    rules: Annotated[Path | None, typer.Option("--rules", help="Folder of extra rule files.")] = None,
+    nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and energy with NVML.")] = True,
+    top: Annotated[int, typer.Option("--top", min=1, help="Kernels to show in the terminal.")] = 10,
+    fail_on: Annotated[
+        Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists.")
+    ] = None,
+) -> None:
+    """Run a model under the profiler and NVML: honest step times, roofline classes, ranked findings.
+
+    Three phases: warm-up; timing without the profiler (CUDA events per step, NVML sampling clocks,
+    power and energy); a few profiled steps with shapes, FLOPs and Python stacks. Without CUDA the
+    model runs on the CPU and the report says which GPU analyses were skipped.
+
+    Example:
+
+      gpuadvisor profile examples/llama_decode.py --out runs/decode
+    """
+    from gpuadvisor.profile import run_profile
+
+    report = run_profile(
+        model,
+        entry=entry,
+        warmup=warmup,
+        timed_steps=steps,
+        profiled_steps=profile_steps,
+        out_dir=out,
+        peaks_file=peaks,
+        rules_dir=rules,
+        nvml=nvml,
+        progress=sys.stderr.isatty(),
+    )
+    _emit(report, output_format, None, top)
+    _check_fail_on(report, fail_on)
+
+
+@app.command()
+def calibrate(
+    force: Annotated[bool, typer.Option("--force", help="Measure again even if this GPU has cached roofs.")] = False,
+    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="terminal or json.")] = (
+        OutputFormat.terminal
+    ),
+) -> None:
+    """Measure this GPU's roofs (copy bandwidth, GEMM rate per dtype) in under a minute and cache them.
+
+    profile and analyze use the cached roofs for this GPU and driver instead of the datasheet table.
+    """
+    from gpuadvisor.device.calibrate import render_calibration, run_calibration
+
+    result = run_calibration(force=force, progress=sys.stderr.isatty())
+    if output_format is OutputFormat.json:
+        import json
+
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        render_calibration(result, _console())
+
+
+@app.command()
+def doctor() -> None:
+    """Check what profiling needs: GPU, driver, CUDA, torch, triton, CUPTI, NVML, Nsight Compute."""
+    from gpuadvisor.doctor import render_checks, run_checks
+
+    checks = run_checks()
+    render_checks(checks, _console())
 
 
 class _nullcontext:
@@ -261,21 +354,23 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except typer.Abort:
+        _error_line("interrupted: nothing was written")
+        sys.exit(130)
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - the CLI must not print a traceback without --debug
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+        # Usage errors (unknown option, bad value, missing argument) come from the click that typer
+        # bundles or depends on, depending on its version: recognise them by their interface.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            _error_line("interrupted: nothing was written")
-            sys.exit(130)
         if _DEBUG:
             raise
         _error_line(f"error: internal error ({type(exc).__name__}: {exc}); rerun with --debug for the traceback")
         sys.exit(EXIT_INTERNAL)
+    if code == 130:  # typer turns Ctrl-C inside a command into a quiet exit 130
+        _error_line("interrupted: nothing was written")
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -68,8 +68,10 @@ def test_raised_threshold_silences_the_finding(tmp_path):
     from gpuadvisor.pipeline import analyze_path
 
     samples = Path(__file__).resolve().parents[1] / "sample_traces"
-    text = (CATALOG_DIR / "GA101-launch-bound.toml").read_text().replace(
-        "min_launch_idle_pct = 30.0", "min_launch_idle_pct = 99.0"
+    text = (
+        (CATALOG_DIR / "GA101-launch-bound.toml")
+        .read_text()
+        .replace("min_launch_idle_pct = 30.0", "min_launch_idle_pct = 99.0")
     )
     (tmp_path / "GA101.toml").write_text(text)
     baseline = analyze_path(samples / "llama_decode.json.gz")

@@ -221,14 +221,76 @@ def user_frames(trace: Trace) -> pd.DataFrame:
     )
 
 
-def source_line(frames: pd.DataFrame, ts_us: float, tid) -> str | None:
-    """The innermost user frame on thread ``tid`` that encloses ``ts_us``, as "file:line (function)"."""
+def enclosing_frame(frames: pd.DataFrame, ts_us: float, tid) -> tuple[str, float] | None:
+    """The innermost user frame on thread ``tid`` that encloses ``ts_us``: ("file:line (function)", frame start)."""
     if not len(frames):
         return None
-    sel = frames[(frames["tid"] == str(tid)) & (frames["ts_us"] <= ts_us) & (frames["end_us"] >= ts_us)]
-    if not len(sel):
+    # Per-thread arrays sorted by start, built once per frames table (lookups run per sync and per copy).
+    index = frames.attrs.get("_by_tid")
+    if index is None:
+        ordered = frames.sort_values("ts_us", kind="stable")
+        index = {
+            t: (g["ts_us"].to_numpy(float), g["end_us"].to_numpy(float), g["location"].to_numpy(object))
+            for t, g in ordered.groupby("tid", sort=False)
+        }
+        frames.attrs["_by_tid"] = index
+    arrays = index.get(str(tid))
+    if arrays is None:
         return None
-    return str(sel.loc[sel["ts_us"].idxmax(), "location"])
+    starts, ends, locations = arrays
+    # Frames nest: among those started by ts_us and still open, the latest-started is the innermost.
+    open_frames = np.flatnonzero(ends[: np.searchsorted(starts, ts_us, side="right")] >= ts_us)
+    if not len(open_frames):
+        return None
+    i = open_frames[-1]
+    return str(locations[i]), float(starts[i])
+
+
+def source_line(frames: pd.DataFrame, ts_us: float, tid) -> str | None:
+    """The innermost user frame on thread ``tid`` that encloses ``ts_us``, as "file:line (function)".
+
+    The line is the one the function starts on (the profiler records frames so); :func:`call_sources`
+    names the line of the call inside it.
+    """
+    found = enclosing_frame(frames, ts_us, tid)
+    return found[0] if found else None
+
+
+def call_sources(frames: pd.DataFrame, ts_us, tids, kinds, max_lookups: int | None = None) -> list[str | None]:
+    """For host events (a sync call, a memcpy launch) at ``ts_us`` on threads ``tids``, the user source line
+    of the call that issued each: "file:LINE (call text)", e.g. "model.py:48 (loss.item())".
+
+    ``kinds`` says per event what call to look for (:mod:`gpuadvisor.analysis.sources`: "item", "copy",
+    "host_to_device", ...; None: only the frame). The enclosing user frame gives the function; its source
+    gives the matching call sites. Events of one kind in one call of a function are numbered in time
+    order, so that when their count equals the number of sites, the n-th event names the n-th site.
+    Falls back to the function's def line ("file:DEF (function)") where the source cannot say more, and
+    to None without an enclosing user frame. Only the first ``max_lookups`` events are looked up.
+    """
+    from gpuadvisor.analysis.sources import resolve_location
+
+    ts_list = list(ts_us)
+    tid_list = list(tids)
+    kind_list = list(kinds)
+    limit = len(ts_list) if max_lookups is None else min(len(ts_list), max_lookups)
+    found = [enclosing_frame(frames, ts_list[i], tid_list[i]) for i in range(limit)]
+    groups: dict[tuple, list[int]] = {}
+    for i, frame in enumerate(found):
+        if frame is not None and kind_list[i]:
+            groups.setdefault((str(tid_list[i]), frame[1], frame[0], kind_list[i]), []).append(i)
+    position: dict[int, tuple[int, int]] = {}
+    for members in groups.values():
+        members.sort(key=lambda i: ts_list[i])
+        for ordinal, i in enumerate(members):
+            position[i] = (ordinal, len(members))
+    result: list[str | None] = []
+    for i in range(len(ts_list)):
+        if i >= limit or found[i] is None:
+            result.append(None)
+            continue
+        ordinal, total = position.get(i, (None, None))
+        result.append(resolve_location(found[i][0], kind_list[i], ordinal, total))
+    return result
 
 
 def host_sync_table(
@@ -237,7 +299,8 @@ def host_sync_table(
     """Host synchronizations grouped by call, operator and source line (inside steps when there are steps).
 
     Columns: name (the blocking call), op (the operator that issued it, e.g. aten::_local_scalar_dense
-    for ``.item()``; None when unknown), source (user file:line when the trace has Python stacks),
+    for ``.item()``; None when unknown), source (user "file:line (call)" of the call that synchronized,
+    e.g. "model.py:48 (loss.item())", when the trace has Python stacks; see :func:`call_sources`),
     count, total_us (host time blocked), steps_seen (steps with at least one).
     """
     calls = sync_calls(trace) if syncs is None else syncs
@@ -251,10 +314,10 @@ def host_sync_table(
     calls = calls.merge(ops, on=["rank", "external_id"], how="left")
     if frames is None:
         frames = user_frames(trace)
-    sources = []
-    for n, (ts, tid) in enumerate(zip(calls["ts_us"], calls["tid"])):
-        sources.append(source_line(frames, ts, tid) if n < max_lookups else None)
-    calls["source"] = sources
+    from gpuadvisor.analysis.sources import kind_for_op
+
+    kinds = [kind_for_op(op) if isinstance(op, str) else None for op in calls["op"]]
+    calls["source"] = call_sources(frames, calls["ts_us"], calls["tid"], kinds, max_lookups)
     grouped = (
         calls.groupby(["name", calls["op"].fillna(""), calls["source"].fillna("")], sort=False)
         .agg(

@@ -10,8 +10,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,21 +78,62 @@ def _profile_steps(workload: Workload, cuda: bool, *, wait: int, warmup: int, ac
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(
+    prof = profile(
         activities=activities,
         schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
         record_shapes=True,
         with_flops=True,
         with_stack=with_stack,
-    ) as prof:
+    )
+    # The profiler starts and stops inside prof.step() (at the schedule's transitions); only those calls run
+    # with Kineto's log lines filtered from stderr, never the user's steps.
+    with _without_kineto_log():
+        prof.__enter__()
+    try:
         for _ in range(wait + warmup + active):
             workload.step_fn()
-            prof.step()
+            with _without_kineto_log():
+                prof.step()
         # prof.step() after the last active step already stopped the recording (the profiler waits for
         # the device as it stops); this makes sure nothing of the workload is still running afterwards.
         if cuda:
             torch.cuda.synchronize()
+    finally:
+        with _without_kineto_log():
+            prof.__exit__(None, None, None)
     return prof
+
+
+# Kineto's own log lines ("USDT:2026-11-29 10:57:00 31895:31895 SyncActivityProfilerHandler.cpp:52]
+# profiler_start"): torch 2.13 prints them on stderr whatever KINETO_LOG_LEVEL says, which would break the
+# CLI's one-line error output. Warnings and errors from Kineto are passed through.
+_KINETO_LOG_LINE = re.compile(rb"^(USDT|INFO|VERBOSE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+:\d+\] ")
+
+
+@contextmanager
+def _without_kineto_log() -> Iterator[None]:
+    """Run the body with file descriptor 2 captured; then write back what it printed, less Kineto's log lines."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no usable stderr: nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().splitlines(keepends=True) if not _KINETO_LOG_LINE.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def _export_gzipped(prof, out_path: Path) -> None:

@@ -124,7 +124,13 @@ def render_markdown(report: dict[str, Any], top: int = 20) -> str:
     if findings.rows:
         lines += _finding_details(report)
 
-    for table in (sections.transfer_table(report), sections.host_sync_table(report), sections.step_table(report)):
+    tables = (
+        sections.cpu_op_table(report),
+        sections.transfer_table(report),
+        sections.host_sync_table(report),
+        sections.step_table(report),
+    )
+    for table in tables:
         if table.rows:
             lines += [f"## {table.title}", ""]
             lines += _table(table, "")

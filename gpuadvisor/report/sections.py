@@ -106,7 +106,12 @@ def source_line(report: Any) -> str:
 def gpu_line(report: Any) -> str:
     """``NVIDIA H200 · 132 SMs · sm 9.0 · driver 550.54 · CUDA 12.4 · torch 2.5.1 · triton 3.1.0``."""
     env = section(report, "env")
-    parts = [text(env.get("gpu_name"), "unknown GPU")]
+    if env.get("device") == "cpu":
+        cpu = text(env.get("cpu_name"), "")
+        threads = f", {format_count(env.get('cpu_threads'))} threads" if as_number(env.get("cpu_threads")) else ""
+        parts = [f"no GPU: ran on the CPU ({cpu}{threads})" if cpu else "no GPU: ran on the CPU"]
+    else:
+        parts = [text(env.get("gpu_name"), "unknown GPU")]
     if as_number(env.get("sm_count")) is not None:
         parts.append(f"{format_count(env.get('sm_count'))} SMs")
     if env.get("compute_capability"):
@@ -117,13 +122,29 @@ def gpu_line(report: Any) -> str:
     return " · ".join(parts)
 
 
+# env.clocks keys written by `profile` (NVML, during the timed steps), shown as "SM 1,980 MHz (1,755–1,980)".
+_PROFILE_CLOCK_KEYS = {"sm_mhz_median", "mem_mhz_median", "sm_mhz_min", "sm_mhz_max"}
+
+
 def clocks_line(report: Any) -> str:
-    """The clocks the run saw (``sm_mhz 1,980 · mem_mhz 3,201``), or "" when not recorded."""
+    """The clocks the run saw (``SM 1,980 MHz (1,755–1,980) · memory 3,201 MHz`` for a profile run,
+    ``sm_mhz 1,980 · mem_mhz 3,201`` for other keys), or "" when not recorded."""
     clocks = section(report, "env").get("clocks")
     if not isinstance(clocks, dict) or not clocks:
         return ""
     parts = []
+    if set(clocks) & _PROFILE_CLOCK_KEYS:
+        if as_number(clocks.get("sm_mhz_median")) is not None:
+            sm = f"SM {format_count(clocks.get('sm_mhz_median'))} MHz median"
+            low, high = as_number(clocks.get("sm_mhz_min")), as_number(clocks.get("sm_mhz_max"))
+            if low is not None and high is not None and low != high:
+                sm += f" ({format_count(low)}–{format_count(high)})"
+            parts.append(sm)
+        if as_number(clocks.get("mem_mhz_median")) is not None:
+            parts.append(f"memory {format_count(clocks.get('mem_mhz_median'))} MHz")
     for key, value in clocks.items():
+        if key in _PROFILE_CLOCK_KEYS:
+            continue
         shown = format_count(value) if as_number(value) is not None else text(value)
         parts.append(f"{text(key)} {shown}")
     return " · ".join(parts)
@@ -132,6 +153,8 @@ def clocks_line(report: Any) -> str:
 def peaks_line(report: Any) -> str:
     """``table (HBM 4.80 TB/s, bf16 989 TFLOP/s)``, or why there is no roof."""
     peaks = section(report, "peaks")
+    if section(report, "env").get("device") == "cpu":
+        return "not used (no GPU kernels)"
     if not peaks:
         return "none (no % of roof)"
     flops = peaks.get("flops_per_s") if isinstance(peaks.get("flops_per_s"), dict) else {}
@@ -178,16 +201,28 @@ def summary_rows(report: Any) -> list[tuple[str, str, str]]:
         step_detail += f"; from {text(summary.get('step_time_source'))}"
 
     rows = [("Step time", format_us(step_us), step_detail)]
+    rows += _profile_rows(summary, step_us)
     if as_number(summary.get("steps")) is not None:
         rows.append(("Steps in trace", format_count(summary.get("steps")), ""))
-    busy_detail = f"{format_us(summary.get('gpu_busy_us'))} per step" if as_number(summary.get("gpu_busy_us")) else ""
+    if section(report, "env").get("device") == "cpu":
+        rows += _cpu_rows(report, summary)
+        return rows
+    # Figures from the trace are shares of the profiled step when the step time is a timed one (profile).
+    profiled_us = as_number(summary.get("trace_step_time_us"))
+    busy_us = as_number(summary.get("gpu_busy_us"))
+    busy_detail = f"{format_us(busy_us)} per step" if busy_us else ""
+    if busy_us and profiled_us and step_us:
+        busy_detail = f"of the profiled step; {busy_detail}, {format_pct(100 * busy_us / step_us)} of the timed step"
     rows.append(("GPU busy", format_pct(summary.get("gpu_busy_pct")), busy_detail))
     for key, label in (
         ("idle_launch_us", "GPU idle: launch"),
         ("idle_sync_us", "GPU idle: sync"),
         ("idle_other_us", "GPU idle: other"),
     ):
-        rows.append((label, format_us(summary.get(key)), _share_of_step(summary.get(key), step_us)))
+        share = _share_of_step(summary.get(key), profiled_us or step_us)
+        rows.append(
+            (label, format_us(summary.get(key)), share.replace("of step", "of profiled step") if profiled_us else share)
+        )
     rows.append(("Kernels per step", format_count(summary.get("kernels_per_step")), ""))
     launch_detail = ""
     if as_number(summary.get("launch_call_us_per_step")) is not None:
@@ -207,6 +242,92 @@ def summary_rows(report: Any) -> list[tuple[str, str, str]]:
     if by_class:
         rows.append(("GPU time by class", "", by_class))
     return rows
+
+
+def format_energy(joules: Any) -> str:
+    """Energy: ``"1.23 J"``, ``"45.6 mJ"``."""
+    value = as_number(joules)
+    if value is None:
+        return MISSING
+    if abs(value) >= 1:
+        return f"{value:,.2f} J"
+    return f"{value * 1000:.1f} mJ" if abs(value) >= 0.01 else f"{value * 1000:.2f} mJ"
+
+
+def _profile_rows(summary: dict[str, Any], step_us: float | None) -> list[tuple[str, str, str]]:
+    """Rows only a `profile` run has: the step under the profiler, tokens/s, energy and power, peak memory."""
+    rows = []
+    trace_step = as_number(summary.get("trace_step_time_us"))
+    if trace_step is not None:
+        slowdown = as_number(summary.get("profiler_slowdown"))
+        detail = "median of the profiled steps"
+        detail += f", {slowdown:.1f}x the timed step" if slowdown is not None else ""
+        rows.append(("Step under profiler", format_us(trace_step), detail))
+    if as_number(summary.get("tokens_per_s")) is not None:
+        rows.append(("Tokens/s", format_count(summary.get("tokens_per_s")), "at the median step time"))
+    if as_number(summary.get("energy_j_per_step")) is not None or as_number(summary.get("power_w_median")) is not None:
+        details = []
+        power = as_number(summary.get("power_w_average"))
+        if power is not None:
+            source = text(summary.get("energy_source"), "")
+            details.append(f"power {power:,.0f} W" + (f" ({source})" if source else " average"))
+        elif as_number(summary.get("power_w_median")) is not None:
+            details.append(f"power {as_number(summary.get('power_w_median')):,.0f} W median")
+        if as_number(summary.get("temperature_c_max")) is not None:
+            details.append(f"up to {format_count(summary.get('temperature_c_max'))} °C")
+        reasons = summary.get("throttle_reasons")
+        if isinstance(reasons, (list, tuple)) and reasons:
+            details.append("clock reasons: " + ", ".join(text(r) for r in reasons))
+        elif isinstance(reasons, (list, tuple)):
+            details.append("no clock throttling seen")
+        rows.append(("Energy per step", format_energy(summary.get("energy_j_per_step")), "; ".join(details)))
+    if as_number(summary.get("memory_allocated_peak_bytes")) is not None:
+        reserved = summary.get("memory_reserved_peak_bytes")
+        detail = "allocated"
+        if as_number(reserved) is not None:
+            detail += f"; {format_bytes(reserved)} reserved by the allocator"
+        rows.append(("Peak memory", format_bytes(summary.get("memory_allocated_peak_bytes")), detail))
+    return rows
+
+
+def _cpu_rows(report: Any, summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Rows of a run on the CPU: CPU operator time per step and the operators that took most of it."""
+    rows = []
+    if as_number(summary.get("cpu_op_self_us_per_step")) is not None:
+        rows.append(("CPU op time", format_us(summary.get("cpu_op_self_us_per_step")), "per profiled step"))
+    ops = records(report, "cpu_ops")[:5]
+    if ops:
+        rows.append(
+            ("Top CPU ops", "", " · ".join(f"{text(op.get('name'))} {format_us(op.get('per_step_us'))}" for op in ops))
+        )
+    return rows
+
+
+def cpu_op_table(report: Any, limit: int = 15) -> Table:
+    """The CPU operators of a run without GPU kernels (``cpu_ops``), by self time."""
+    table = Table(
+        "CPU operators",
+        [
+            Column("Operator"),
+            Column("Calls/step", True),
+            Column("Self/step", True),
+            Column("Total/step", True),
+        ],
+    )
+    ops = records(report, "cpu_ops")
+    for op in ops[: max(0, limit)]:
+        table.rows.append(
+            [
+                text(op.get("name")),
+                format_count(op.get("count_per_step")),
+                format_us(op.get("per_step_us")),
+                format_us(op.get("total_per_step_us")),
+            ]
+        )
+    if ops:
+        shown = min(limit, len(ops))
+        table.caption = f"{shown} of {len(ops)} operators, by self time (total includes the operators each one called)"
+    return table
 
 
 def _top_finding(report: Any, top: Any) -> str:

@@ -8,7 +8,8 @@ import pandas as pd
 
 from gpuadvisor.analysis.bundle import Analysis
 from gpuadvisor.analysis.linking import match_names
-from gpuadvisor.analysis.timeline import source_line
+from gpuadvisor.analysis.sources import DIRECTION_KINDS
+from gpuadvisor.analysis.timeline import call_sources
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
 from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding
@@ -20,7 +21,7 @@ _SYNC_OP_HINTS = {
     "aten::nonzero": "nonzero / boolean-mask indexing",
     "aten::to": ".to(cpu) / .cpu()",
     "aten::_to_copy": ".to(cpu) / .cpu()",
-    "aten::copy_": "a copy to the host",
+    "aten::copy_": "a blocking copy",
     "aten::masked_select": "boolean-mask indexing",
     "aten::unique": "unique",
     "aten::repeat_interleave": "repeat_interleave with a tensor count",
@@ -259,13 +260,18 @@ def pageable_copies(a: Analysis, rule: Rule) -> Finding | None:
     pinned_us = bytes_per_step / (0.8 * link) * 1e6 if link else us_per_step / 2
     saving = max(0.0, us_per_step - pinned_us)
     achieved = t["bytes"].clip(lower=0).sum() / (t["dur_us"].sum() * 1e-6)
-    # Name the user's source line of the copies through their launch calls.
+    # Name the user's source line of each copy through its launch call: the frame gives the function, its
+    # source the .to( / .cpu() call. Every copy of the step is looked up (pinned ones too), so that the n-th
+    # copy of a call of the function can be matched to the n-th copy call in its body.
     rt = a.trace.runtime
-    launches = rt[rt["correlation"].isin(t["correlation"])][["ts_us", "tid"]]
+    in_steps = _in_steps(a.transfers)
+    copies = in_steps[in_steps["op"] == "memcpy"][["correlation", "direction", "pageable"]]
+    launches = rt[["ts_us", "tid", "correlation"]].merge(copies, on="correlation").sort_values("ts_us").head(200)
+    kinds = [DIRECTION_KINDS.get(d) for d in launches["direction"]]
+    located = call_sources(a.frames, launches["ts_us"], launches["tid"], kinds)
     sources = []
-    for ts, tid in zip(launches["ts_us"].head(50), launches["tid"].head(50)):
-        where = source_line(a.frames, ts, tid)
-        if where and where not in sources:
+    for where, pageable in zip(located, launches["pageable"]):
+        if where and pageable and where not in sources:
             sources.append(where)
     directions = ", ".join(sorted(set(t["direction"])))
     message = (

@@ -1,0 +1,131 @@
+"""The decode step of examples/llama_decode.py timed with plain PyTorch: the reference for `gpuadvisor profile`.
+
+    python3 benchmarks/plain_decode_timing.py      # on a CUDA GPU; writes benchmarks/results/plain_decode_timing.json
+
+No gpuadvisor code: the example's build() is loaded with importlib, warmed up, and its default step
+(``model(*inputs)``) timed with CUDA events, --steps times, the way `gpuadvisor profile` times (steps back to
+back, a start and an end event around each, one synchronize at the end). The same steps are then timed with a
+synchronize after each step, for comparison. `gpuadvisor profile examples/llama_decode.py` should report a
+median within 5% of ``median_us``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "llama_decode.py"
+
+
+def load_build():
+    spec = importlib.util.spec_from_file_location("llama_decode_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # the example's dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module.build
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def back_to_back(step, steps: int) -> list[float]:
+    """Events around each step, steps queued back to back, one synchronize at the end (µs per step)."""
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+    torch.cuda.synchronize()
+    for start, end in zip(starts, ends):
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1e3 for start, end in zip(starts, ends)]
+
+
+def synchronized(step, steps: int) -> list[float]:
+    """Events around each step and a synchronize after each (µs per step)."""
+    import torch
+
+    samples = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    return samples
+
+
+def summary(samples: list[float]) -> dict:
+    return {
+        "median_us": round(statistics.median(samples), 2),
+        "p10_us": round(percentile(samples, 10), 2),
+        "p90_us": round(percentile(samples, 90), 2),
+        "samples_us": [round(s, 2) for s in samples],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=100, help="timed steps (default 100)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5, as profile)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "plain_decode_timing.json")
+    args = parser.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("plain_decode_timing: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    model, inputs = load_build()()
+
+    def step():
+        return model(*inputs)
+
+    started = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    queued = back_to_back(step, args.steps)
+    synced = synchronized(step, args.steps)
+    result = {
+        "command": " ".join(["python3", *sys.argv]),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "example": str(EXAMPLE.relative_to(ROOT)),
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "method": "CUDA events around each step, steps back to back, one synchronize at the end (as profile)",
+        **summary(queued),
+        "synchronized_each_step": summary(synced),
+        "wall_s": round(time.perf_counter() - started, 3),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"{result['gpu']}: median {result['median_us']:,.1f} µs (p10 {result['p10_us']:,.1f}, p90 "
+        f"{result['p90_us']:,.1f}); synchronized each step: median {result['synchronized_each_step']['median_us']:,.1f}"
+        f" µs -> {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

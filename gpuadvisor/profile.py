@@ -1,0 +1,800 @@
+"""``gpuadvisor profile model.py``: run a workload, time it honestly, profile a few steps, analyze, write a folder.
+
+Phases (a rich progress display on stderr when ``progress`` is on):
+
+1. build: :func:`~gpuadvisor.workload.load_workload` imports the file and calls ``build()``;
+2. warm-up: ``warmup`` untimed steps (allocator, cuBLAS handles, compilation, autotuning);
+3. timing: ``timed_steps`` steps without the profiler, CUDA events around each step
+   (:mod:`gpuadvisor.capture.timing` says how), while an NVML thread samples clocks, power, the energy
+   counter, temperature, throttle reasons and memory (:mod:`gpuadvisor.capture.nvml`); peak memory from
+   the caching allocator, reset before the phase;
+4. profiling: ``torch.profiler`` over 1 wait + 1 warm-up + ``profiled_steps`` recorded steps, with
+   shapes, FLOPs and Python stacks, saved as ``trace.json.gz``;
+5. analysis: the trace goes through the same analysis as ``gpuadvisor analyze``; then the step-time
+   figures of the summary are replaced by the timed ones and every finding's saving is rescaled to the
+   timed step (the profiler stretches an eager step several times, mostly as idle time between kernels).
+
+Outputs, in ``out_dir`` (default ``gpuadvisor-out/<model file stem>``): ``trace.json.gz``, ``report.json``,
+``report.md`` and ``nvml.csv`` (every NVML sample; written only when NVML sampled, i.e. on a GPU with
+pynvml and without ``--no-nvml``). They are written into a temporary folder beside ``out_dir`` and renamed
+into place at the end, replacing an older output folder of the same name only then: an error or Ctrl-C
+leaves no output folder and no temporary one. An existing ``out_dir`` is replaced only when it holds
+nothing but these files (an earlier run's output); anything else is refused, never deleted.
+
+Without CUDA the model runs on the CPU: ``time.perf_counter`` per step, a CPU-only trace, and a report
+whose ``cpu_ops`` list the operators that took the CPU time; the GPU analyses are skipped and a note says
+which. Torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuadvisor import __version__
+from gpuadvisor.errors import BadInputError, UserCodeError
+
+if TYPE_CHECKING:
+    from gpuadvisor.capture.timing import StepTimes
+
+TRACE_FILE = "trace.json.gz"
+NVML_FILE = "nvml.csv"
+REPORT_FILES = ("report.json", "report.md")
+OUTPUT_FILES = frozenset({TRACE_FILE, NVML_FILE, *REPORT_FILES})
+DEFAULT_OUT_ROOT = Path("gpuadvisor-out")
+# Profiler schedule around the recorded steps: one step skipped, one recorded and dropped (the profiler's
+# own start-up cost lands there), then the active ones.
+PROFILE_WAIT = 1
+PROFILE_WARMUP = 1
+# CPU operators listed in a CPU-only report, by self time.
+TOP_CPU_OPS = 25
+SKIPPED_ON_CPU = "roofline, GPU busy/idle, transfers, NVML (clocks, power, energy)"
+# Detectors whose saving is host-side idle time measured in the profiled steps: the profiler's own
+# overhead stretches that idle time, so it is scaled by timed step / profiled step.
+_HOST_IDLE_DETECTORS = {"host_syncs"}
+_LAUNCH_DETECTOR = "launch_bound"
+_PROFILER_STEP = re.compile(r"ProfilerStep#\d+$")
+_MAX_ERROR_CHARS = 300
+
+# The summary keys of report/build.py (schema v1), for the CPU-only report that does not go through it.
+_SUMMARY_KEYS = (
+    "steps",
+    "step_time_us",
+    "samples_us",
+    "step_time_source",
+    "gpu_busy_us",
+    "gpu_busy_pct",
+    "kernels_per_step",
+    "idle_launch_us",
+    "idle_sync_us",
+    "idle_other_us",
+    "host_syncs_per_step",
+    "launch_calls_per_step",
+    "launch_call_us_per_step",
+    "median_queue_depth",
+    "kernels_shorter_than_launch_pct",
+    "memcpy_us_per_step",
+    "top_finding",
+)
+
+
+def default_out_dir(model_path: str | os.PathLike[str]) -> Path:
+    """``gpuadvisor-out/<model file stem>`` in the current folder."""
+    return DEFAULT_OUT_ROOT / Path(model_path).stem
+
+
+def run_profile(
+    model_path: str | os.PathLike[str],
+    *,
+    entry: str | None = None,
+    warmup: int = 5,
+    timed_steps: int = 30,
+    profiled_steps: int = 3,
+    out_dir: str | os.PathLike[str] | None = None,
+    peaks_file: str | os.PathLike[str] | None = None,
+    rules_dir: str | os.PathLike[str] | None = None,
+    nvml: bool = True,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Profile the workload in ``model_path`` (see the module docstring) and return the report dict
+    (schema of :mod:`gpuadvisor.report.json`, ``command: "profile"``), written to ``out_dir`` as well.
+
+    Raises :class:`BadInputError` (exit 2) for a bad file, flag or output folder, :class:`UserCodeError`
+    (exit 3) when the user's code fails (on import, in ``build()``, in a step, out of GPU memory).
+    KeyboardInterrupt propagates after cleaning up; nothing is left behind.
+    """
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.rules.engine import load_rules
+    from gpuadvisor.workload import load_workload
+
+    for name, value, least in (
+        ("warmup", warmup, 0),
+        ("timed_steps", timed_steps, 1),
+        ("profiled_steps", profiled_steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BadInputError(f"{name} must be an int >= {least}, got {value!r}")
+    model_path = Path(model_path)
+    rules = load_rules(rules_dir)  # a bad --rules folder or --peaks file fails before the model runs
+    if peaks_file is not None:
+        lookup_peaks(None, peaks_file)
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model_path)
+    _check_out_dir(out_dir)
+
+    with _Display(progress) as display:
+        display.phase(f"build {model_path.name}")
+        try:
+            workload = load_workload(str(model_path), entry)
+        except UserCodeError as error:
+            oom = _oom_error(error, "build()")
+            if oom is None:
+                raise
+            raise oom from error.__cause__
+        label = str(model_path) if entry is None or ":" not in entry else entry.rpartition(":")[0]
+
+        import torch
+
+        cuda = torch.cuda.is_available()
+        run_step = _step_runner(workload.step_fn)
+
+        display.phase("warm-up", warmup)
+        for i in range(warmup):
+            run_step("warm-up", i, warmup)
+            display.advance()
+        _synchronize(cuda, label, "warm-up")
+
+        from gpuadvisor.capture.nvml import open_sampler, summarize
+        from gpuadvisor.capture.timing import time_steps
+
+        gc.collect()  # the garbage of imports, build and warm-up: no full collection inside the timed steps
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        display.phase("timing", timed_steps)
+        sampler, nvml_reason = None, "sampling off (--no-nvml)" if cuda else "no CUDA GPU"
+        if cuda and nvml:
+            sampler, nvml_reason = open_sampler(torch.cuda.current_device())
+        try:
+            if sampler is not None:
+                sampler.start()
+            times = time_steps(
+                lambda i: run_step("timing", i, timed_steps), timed_steps, cuda=cuda, on_step=display.advance
+            )
+        except RuntimeError as error:
+            # An asynchronous CUDA error of the user's kernels surfaces at the phase's synchronize.
+            if not cuda or "CUDA" not in str(error):
+                raise
+            raise UserCodeError(f"{label}: the GPU reported an error during timing: {_one_line(error)}") from error
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        nvml_summary = summarize(sampler, times.samples_us) if sampler is not None else None
+        memory = (
+            {
+                "memory_allocated_peak_bytes": torch.cuda.max_memory_allocated(),
+                "memory_reserved_peak_bytes": torch.cuda.max_memory_reserved(),
+            }
+            if cuda
+            else {}
+        )
+
+        staging, created = _make_staging(out_dir)
+        try:
+            from gpuadvisor.capture.profiler import record_trace
+
+            display.phase("profiling", PROFILE_WAIT + PROFILE_WARMUP + profiled_steps)
+            counter = iter(range(PROFILE_WAIT + PROFILE_WARMUP + profiled_steps))
+
+            def profiled_step() -> Any:
+                i = next(counter, 0)
+                result = run_step("profiling", i, PROFILE_WAIT + PROFILE_WARMUP + profiled_steps)
+                display.advance()
+                return result
+
+            import dataclasses
+
+            profiled = dataclasses.replace(workload, step_fn=profiled_step)
+            trace_path = record_trace(
+                profiled,
+                staging / TRACE_FILE,
+                wait=PROFILE_WAIT,
+                warmup=PROFILE_WARMUP,
+                active=profiled_steps,
+                with_stack=True,
+            )
+
+            display.phase("analysis")
+            env = _environment(cuda, sampler.driver if sampler is not None else None, nvml_summary)
+            context = _RunFacts(
+                model_path=model_path,
+                out_dir=out_dir,
+                times=times,
+                tokens_per_step=workload.tokens_per_step,
+                nvml_summary=nvml_summary,
+                nvml_reason=nvml_reason,
+                memory=memory,
+                profiled_steps=profiled_steps,
+            )
+            report = _analyze(trace_path, context, env, rules=rules, peaks_file=peaks_file, cuda=cuda)
+            if sampler is not None and sampler.samples:
+                from gpuadvisor.capture.nvml import write_csv
+
+                write_csv(sampler.samples, staging / NVML_FILE)
+            written = sorted(p.name for p in staging.iterdir()) + list(REPORT_FILES)
+            report["notes"].append(f"wrote {out_dir}: {', '.join(sorted(set(written)))}")
+
+            from gpuadvisor.report.write import write_reports
+
+            write_reports(report, staging, ["json", "markdown"])
+            _publish(staging, out_dir)
+            staging = None
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+                _remove_dirs(created)
+    return report
+
+
+# --- steps and errors ---------------------------------------------------------------------------
+
+
+def _step_runner(step_fn: Callable[[], Any]) -> Callable[[str, int, int], Any]:
+    """``run(phase, index, total)``: one step; a failure names the phase and the step (1-based)."""
+
+    def run(phase: str, index: int, total: int) -> Any:
+        try:
+            return step_fn()
+        except UserCodeError as error:
+            where = f"the step ({phase}, step {index + 1} of {total})"
+            oom = _oom_error(error, where)
+            if oom is not None:
+                raise oom from error.__cause__
+            raise UserCodeError(f"{error} during {phase}, step {index + 1} of {total}") from error.__cause__
+
+    return run
+
+
+def _synchronize(cuda: bool, label: str, phase: str) -> None:
+    """Wait for the GPU; an asynchronous CUDA error of the user's kernels becomes a UserCodeError."""
+    if not cuda:
+        return
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception as error:  # noqa: BLE001 - e.g. a device-side assert raised by the user's kernels
+        oom = _oom_error(UserCodeError(f"{label}: {_one_line(error)}"), f"the {phase} steps", error)
+        if oom is not None:
+            raise oom from error
+        raise UserCodeError(
+            f"{label}: the GPU reported an error after the {phase} steps: {_one_line(error)}"
+        ) from error
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[: _MAX_ERROR_CHARS - 1] + "…"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _is_oom(error: BaseException | None) -> bool:
+    if error is None:
+        return False
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - profile needs torch
+        return False
+    oom_types = tuple(
+        t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t
+    )
+    return isinstance(error, oom_types) or (isinstance(error, RuntimeError) and "CUDA out of memory" in str(error))
+
+
+_SIZE = r"[\d.]+ ?[KMGTP]?i?B"
+
+
+def _oom_error(error: UserCodeError, where: str, cause: BaseException | None = None) -> UserCodeError | None:
+    """``model.py: CUDA out of memory in build(): tried to allocate 20.00 GiB; 1.20 GiB free of 139.80 GiB``
+    when ``error`` (a user-code error) was caused by running out of GPU memory, else None."""
+    cause = cause if cause is not None else error.__cause__
+    if not _is_oom(cause):
+        return None
+    text = " ".join(str(cause).split())
+    label = str(error).split(": ", 1)[0]
+    tried = re.search(rf"[Tt]ried to allocate ({_SIZE})", text)
+    capacity = re.search(rf"total capacity of ({_SIZE}) of which ({_SIZE}) is free", text)
+    if capacity:
+        free = f"{capacity.group(2)} free of {capacity.group(1)}"
+    else:
+        free = _free_memory()
+    where_in_code = re.search(r"\(at ([^()]+:\d+)\)$", str(error))
+    message = (
+        f"{label}: CUDA out of memory in {where}: tried to allocate "
+        f"{tried.group(1) if tried else 'an unknown amount'}; {free}"
+    )
+    if where_in_code:
+        message += f" (at {where_in_code.group(1)})"
+    return UserCodeError(message)
+
+
+def _free_memory() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            return f"{free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB"
+    except Exception:  # noqa: BLE001 - the device may be in no state to answer
+        pass
+    return "free GPU memory unknown"
+
+
+# --- output folder ------------------------------------------------------------------------------
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` that is a file, or a folder holding anything but an earlier run's outputs."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise BadInputError(f"--out {out_dir} exists and is not a folder")
+    if out_dir.is_dir():
+        try:
+            foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in OUTPUT_FILES or not p.is_file())
+        except OSError as error:
+            raise BadInputError(f"--out {out_dir}: cannot read it: {error.strerror or error}") from error
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+            raise BadInputError(
+                f"--out {out_dir} exists and holds other files ({shown}); it would be replaced, so give a new "
+                "or an earlier profile's folder"
+            )
+
+
+def _make_staging(out_dir: Path) -> tuple[Path, list[Path]]:
+    """A new temporary folder beside ``out_dir`` (creating missing parents); returns it and the parents made."""
+    parent = out_dir.absolute().parent
+    created = []
+    missing = []
+    current = parent
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            created.append(folder)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.absolute().name}.", suffix=".tmp", dir=parent))
+    except OSError as error:
+        _remove_dirs(created)
+        raise BadInputError(f"cannot write to {out_dir}: {error.strerror or error}") from error
+    except BaseException:
+        _remove_dirs(created)
+        raise
+    return staging, created
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def _publish(staging: Path, out_dir: Path) -> None:
+    """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` (an earlier run's outputs) goes only now."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes private folders; an output folder is meant to be shared
+    _check_out_dir(out_dir)
+    target = out_dir.absolute()
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+
+class _Display(AbstractContextManager):
+    """One progress line per phase on stderr (rich), or nothing when disabled."""
+
+    def __init__(self, enabled: bool):
+        self._progress = None
+        self._task = None
+        self._total: int | None = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description:<24}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
+
+    def __enter__(self) -> _Display:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, exc_type, *rest) -> None:
+        if self._progress is not None:
+            if exc_type is None:
+                self._finish()
+            self._progress.stop()
+
+    def phase(self, description: str, total: int | None = None) -> None:
+        if self._progress is None:
+            return
+        self._finish()
+        self._task = self._progress.add_task(description, total=total)
+        self._total = total
+
+    def advance(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)
+
+    def _finish(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, total=self._total or 1, completed=self._total or 1)
+
+
+# --- analysis -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _RunFacts:
+    """What the run measured outside the trace, for the report."""
+
+    model_path: Path
+    out_dir: Path
+    times: StepTimes
+    tokens_per_step: int | None
+    nvml_summary: dict[str, Any] | None
+    nvml_reason: str
+    memory: dict[str, int]
+    profiled_steps: int
+
+
+def _environment(cuda: bool, driver: str | None, nvml_summary: dict[str, Any] | None) -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {
+        "torch": str(torch.__version__),
+        "triton": _triton_version(),
+        "python": platform.python_version(),
+    }
+    if cuda:
+        env["gpu_name"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+        if driver:
+            env["driver"] = driver
+        if nvml_summary and nvml_summary.get("clocks"):
+            env["clocks"] = nvml_summary["clocks"]
+    else:
+        env["device"] = "cpu"
+        env["cpu_name"] = _cpu_name()
+        env["cpu_threads"] = torch.get_num_threads()
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def _triton_version() -> str | None:
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return None
+    for distribution in ("triton", "pytorch-triton", "triton-nightly"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, peaks_file, cuda: bool) -> dict:
+    from gpuadvisor.trace.kineto import load_trace
+
+    trace = load_trace(trace_path)
+    if not trace.has_gpu_activity:
+        why = (
+            "CUDA is available, but the profiled steps ran no GPU work: the model runs on the CPU"
+            if cuda
+            else "no CUDA GPU: the model ran on the CPU"
+        )
+        return _cpu_report(trace, trace_path, facts, env, rules, why)
+
+    from gpuadvisor.pipeline import analyze_trace_object
+
+    report = analyze_trace_object(trace, peaks_file=peaks_file, rules=rules, command="profile", env=env)
+    _use_timed_steps(report, facts)
+    _rescale_savings(report, rules)
+    report["source"]["path"] = str(facts.out_dir / TRACE_FILE)
+    report["source"]["model"] = str(facts.model_path)
+    notes = [
+        f"step times: {facts.times.source} (median of {len(facts.times.samples_us)}); the figures per step from the "
+        f"trace (GPU busy, idle, kernels) come from {facts.profiled_steps} profiled step(s), "
+        f"{_ratio_text(report['summary'].get('profiler_slowdown'))}",
+    ]
+    if facts.nvml_summary is None:
+        notes.append(f"NVML not sampled ({facts.nvml_reason}): no clocks, power or energy; nvml.csv not written")
+    else:
+        from gpuadvisor.capture.nvml import MIN_COUNTER_SPAN_S
+
+        duration = facts.nvml_summary.get("duration_s")
+        energy = f"energy per step = average power ({facts.nvml_summary.get('energy_source')}) x mean step time"
+        if duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
+            energy += (
+                f"; the timed phase lasted only {duration:.2f} s and NVML's power and energy readings advance about "
+                "every 100 ms, so they are rough: time more steps (--steps) for better ones"
+            )
+        notes.append(energy)
+    report["notes"] = notes + report["notes"]
+    return report
+
+
+def _ratio_text(slowdown: float | None) -> str:
+    if slowdown is None:
+        return "whose step time is not comparable"
+    return f"each {slowdown:.1f}x as long as a timed step"
+
+
+def _timed_summary(facts: _RunFacts) -> dict[str, Any]:
+    times = facts.times
+    median = times.median_us
+    summary: dict[str, Any] = {
+        "step_time_us": _round(median),
+        "step_time_p10_us": _round(times.p10_us),
+        "step_time_p90_us": _round(times.p90_us),
+        "samples_us": [_round(x) for x in times.samples_us],
+        "step_time_source": times.source,
+        "timed_steps": len(times.samples_us),
+        "timing_wall_s": _round(times.wall_s, 3),
+        "tokens_per_s": _round(facts.tokens_per_step * 1e6 / median, 1) if facts.tokens_per_step and median else None,
+    }
+    summary.update(facts.memory)
+    if facts.nvml_summary is not None:
+        nvml = facts.nvml_summary
+        summary.update(
+            energy_j_per_step=_round(nvml["energy_j_per_step"], 4),
+            energy_source=nvml["energy_source"],
+            power_w_average=_round(nvml["power_w_average"], 1),
+            power_w_median=_round(nvml["power_w_median"], 1),
+            temperature_c_max=nvml["temperature_c_max"],
+            throttle_reasons=nvml["throttle_reasons"],
+            nvml_samples=nvml["samples"],
+        )
+    return summary
+
+
+def _use_timed_steps(report: dict, facts: _RunFacts) -> None:
+    summary = report["summary"]
+    trace_step = summary.get("step_time_us")
+    summary["trace_step_time_us"] = trace_step
+    summary.update(_timed_summary(facts))
+    median = summary["step_time_us"]
+    summary["profiler_slowdown"] = _round(trace_step / median, 2) if trace_step and median else None
+
+
+def _rescale_savings(report: dict, rules) -> None:
+    """Express every finding's saving against the timed median step instead of the profiled one.
+
+    Savings in kernel or copy time stay as they are (the profiler does not change a kernel's duration);
+    host-idle savings scale by timed / profiled step; the launch-bound saving is recomputed as
+    timed step - (GPU busy + kernels x the per-kernel cost left inside a CUDA graph). All are clipped to
+    0 ... timed step, and the findings re-ranked.
+    """
+    summary = report["summary"]
+    timed = summary.get("step_time_us")
+    profiled = summary.get("trace_step_time_us")
+    findings = report.get("findings") or []
+    if not timed or not findings:
+        return
+    by_id = {rule.id: rule for rule in rules}
+    from gpuadvisor.rules.engine import SEVERITY_RANK
+
+    for finding in findings:
+        rule = by_id.get(finding["rule_id"])
+        detector = rule.detector if rule is not None else None
+        saving = finding.get("estimated_saving_us_per_step") or 0.0
+        evidence = finding.get("evidence") or {}
+        if detector == _LAUNCH_DETECTOR and rule is not None:
+            busy = evidence.get("gpu_busy_us") or 0.0
+            kernels = evidence.get("kernels_per_step") or 0.0
+            overhead = rule.thresholds.get("graph_overhead_us_per_kernel", 0.0)
+            with_graph = busy + kernels * overhead
+            saving = timed - with_graph
+            evidence["timed_step_us"] = _round(timed, 1)
+            evidence["predicted_step_us_with_graph"] = _round(min(with_graph, timed), 1)
+            finding["message"] = (
+                f"{finding['message']} (Step figures from the profiled steps.) Timed without the profiler the "
+                f"step takes {timed:,.0f} µs, so one graph would save about {max(0.0, saving):,.0f} µs of it."
+            )
+        elif detector in _HOST_IDLE_DETECTORS and profiled and profiled > timed:
+            saving = saving * timed / profiled
+        saving = min(max(0.0, float(saving)), float(timed))
+        finding["estimated_saving_us_per_step"] = round(saving, 1)
+        finding["estimated_saving_pct"] = round(100.0 * saving / timed, 1)
+    findings.sort(key=lambda f: (-f["estimated_saving_us_per_step"], SEVERITY_RANK.get(f["severity"], 9), f["rule_id"]))
+    summary["top_finding"] = findings[0]["rule_id"]
+    report["notes"].append(
+        f"savings were rescaled to the timed step ({timed:,.0f} µs): kernel and copy time as measured, idle time "
+        f"after host syncs scaled by timed / profiled step ({profiled or 0:,.0f} µs), the launch-bound saving "
+        "recomputed as timed step - (GPU busy + kernels x per-kernel graph cost)"
+    )
+
+
+# --- CPU-only report ----------------------------------------------------------------------------
+
+
+def cpu_op_table(trace_path: Path, top: int = TOP_CPU_OPS) -> tuple[list[dict[str, Any]], int, list[float]]:
+    """The CPU operators of the profiled steps, by self time: (rows, steps, each step's duration in µs).
+
+    Rows: {name, count, count_per_step, self_us, total_us, per_step_us (self time per step),
+    total_per_step_us}. Self time is an operator's time minus that of the operators it called, on its
+    own thread. Operators outside the ProfilerStep annotations (the harness) are left out.
+    """
+    with gzip.open(trace_path, "rb") as handle:
+        doc = json.loads(handle.read())
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    events = [e for e in events or () if isinstance(e, dict) and e.get("ph") == "X"]
+    windows = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        for e in events
+        if e.get("cat") == "user_annotation" and _PROFILER_STEP.match(str(e.get("name")))
+    )
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    if windows:
+        ops = [e for e in ops if any(t0 <= float(e["ts"]) <= t1 for t0, t1 in windows)]
+    steps = len(windows) or 1
+
+    by_thread: dict[tuple, list[dict]] = {}
+    for op in ops:
+        by_thread.setdefault((op.get("pid"), op.get("tid")), []).append(op)
+    totals: dict[str, list[float]] = {}  # name -> [count, self_us, total_us]
+    for thread_ops in by_thread.values():
+        thread_ops.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
+        stack: list[list] = []  # [end_us, event, children_us]
+        for op in thread_ops:
+            start, duration = float(op["ts"]), float(op.get("dur", 0))
+            while stack and stack[-1][0] <= start:
+                _close(stack.pop(), totals)
+            if stack:
+                stack[-1][2] += duration
+            stack.append([start + duration, op, 0.0])
+        while stack:
+            _close(stack.pop(), totals)
+    rows = [
+        {
+            "name": name,
+            "count": int(count),
+            "count_per_step": _round(count / steps),
+            "self_us": _round(self_us),
+            "total_us": _round(total_us),
+            "per_step_us": _round(self_us / steps),
+            "total_per_step_us": _round(total_us / steps),
+        }
+        for name, (count, self_us, total_us) in totals.items()
+    ]
+    rows.sort(key=lambda row: -row["self_us"])
+    return rows[:top], steps, [t1 - t0 for t0, t1 in windows]
+
+
+def _close(entry: list, totals: dict[str, list[float]]) -> None:
+    _, op, children = entry
+    duration = float(op.get("dur", 0))
+    row = totals.setdefault(str(op.get("name")), [0, 0.0, 0.0])
+    row[0] += 1
+    row[1] += max(0.0, duration - children)
+    row[2] += duration
+
+
+def _cpu_report(trace, trace_path: Path, facts: _RunFacts, env: dict, rules, why: str) -> dict[str, Any]:
+    """The report of a run without GPU work: timed steps and CPU operators; schema keys as build_report's."""
+    from gpuadvisor.capture.timing import percentile
+    from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
+
+    cpu_ops, steps, step_durations = cpu_op_table(trace_path)
+    summary: dict[str, Any] = {key: None for key in _SUMMARY_KEYS}
+    summary.update(_timed_summary(facts))
+    summary["steps"] = steps
+    summary["trace_step_time_us"] = _round(percentile(step_durations, 50))
+    if summary["trace_step_time_us"] and summary["step_time_us"]:
+        summary["profiler_slowdown"] = _round(summary["trace_step_time_us"] / summary["step_time_us"], 2)
+    summary["cpu_op_self_us_per_step"] = _round(sum(row["self_us"] for row in cpu_ops) / steps) if cpu_ops else None
+    env = {
+        "gpu_name": None,
+        "sm_count": None,
+        "compute_capability": None,
+        "driver": None,
+        "cuda": None,
+        "torch": None,
+        "triton": None,
+        "clocks": None,
+        **env,
+    }
+    env["device"] = "cpu"
+    skipped_reason = "no GPU kernels: the model ran on the CPU"
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gpuadvisor", "version": __version__},
+        "command": "profile",
+        "source": {
+            "path": str(facts.out_dir / TRACE_FILE),
+            "model": str(facts.model_path),
+            "ranks": list(trace.ranks),
+            "events": trace.event_count,
+            "size_bytes": trace.size_bytes,
+        },
+        "env": env,
+        "peaks": {"gpu": None, "known": False, "source": None, "hbm_bytes_per_s": None, "flops_per_s": {}},
+        "summary": summary,
+        "steps": [],
+        "kernels": [],
+        "kernel_classes": {},
+        "transfers": [],
+        "host_syncs": [],
+        "cpu_ops": cpu_ops,
+        "findings": [],
+        "skipped_rules": [{"rule_id": rule.id, "reason": skipped_reason} for rule in rules],
+        "notes": [
+            f"{why}. Step times: {facts.times.source}. The profiler recorded CPU activity only, so these GPU "
+            f"analyses were skipped: {SKIPPED_ON_CPU}. cpu_ops lists the {len(cpu_ops)} CPU operators with the "
+            f"most self time in the {steps} profiled step(s)."
+        ],
+    }
+    return to_plain(report)
+
+
+def _round(value: Any, digits: int = 2) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        return round(float(value), digits)
+    return None

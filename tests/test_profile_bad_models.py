@@ -1,0 +1,135 @@
+"""`gpuadvisor profile` on broken model files, run as a user runs it (a subprocess, on the CPU).
+
+Each case writes a model file into its own tmp_path and profiles it with ``--out tmp_path/out``. Every case
+must end with one line on stderr, no traceback, the documented exit code (2 bad input, 3 the user's code
+failed, 130 interrupted) and nothing left behind: no output folder and no temporary folder beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+TINY_MLP = Path(__file__).resolve().parents[1] / "examples" / "tiny_mlp.py"
+
+# Fast enough for CI: one warm-up step, three timed steps, one profiled step (calls 1, 2-4, 5-7 of step()).
+RUN_ARGS = ["--warmup", "1", "--steps", "3", "--profile-steps", "1"]
+# Kineto's own log lines ("USDT:2026-11-29 10:57:00 123:123 SyncActivityProfilerHandler.cpp:52] ...") are
+# filtered by gpuadvisor while the profiler starts and stops; any that slip through are not ours to count.
+KINETO_LOG = re.compile(r"^(USDT|INFO|VERBOSE):\d{4}-\d\d-\d\d ")
+
+COUNTING_STEP = """
+import torch
+
+calls = 0
+
+
+def build():
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+
+
+def step(model, inputs):
+    global calls
+    calls += 1
+{body}
+    return model(*inputs)
+"""
+
+
+def counting_model(body: str) -> str:
+    """A model whose step() runs ``body`` (indented 4 spaces) with ``calls`` = this call's number, from 1."""
+    return COUNTING_STEP.format(body="\n".join("    " + line for line in body.strip().splitlines()))
+
+
+CASES = {
+    "missing_file": (None, 2, ["no such file"]),
+    "syntax_error": ("def build(:\n    pass\n", 2, ["syntax error", ":1"]),
+    "no_build": ("import torch\n\nX = 1\n", 2, ["no function build()"]),
+    "build_raises": (
+        "def build():\n    raise ValueError('no weights here')\n",
+        3,
+        ["build() raised", "no weights here"],
+    ),
+    "build_wrong_types": ("def build():\n    return 42\n", 2, ["expected build() to return", "int 42"]),
+    "step_raises_mid_run": (
+        counting_model("if calls == 3:\n    raise RuntimeError('bad batch')"),
+        3,
+        ["step() raised RuntimeError: bad batch", "timing", "step 2 of 3"],
+    ),
+    "out_of_memory": (
+        counting_model(
+            "if calls == 2:\n"
+            "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total '\n"
+            "                                 'capacity of 79.15 GiB of which 1.50 GiB is free.')"
+        ),
+        3,
+        ["CUDA out of memory in the step", "tried to allocate 20.00 GiB", "1.50 GiB free of 79.15 GiB"],
+    ),
+    "step_raises_while_profiling": (
+        counting_model("if calls == 6:\n    raise KeyError('late')"),
+        3,
+        ["step() raised KeyError", "profiling", "step 2 of 3"],
+    ),
+}
+
+
+def stderr_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip() and not KINETO_LOG.match(line)]
+
+
+def assert_nothing_left(tmp_path, model_file):
+    assert not (tmp_path / "out").exists()
+    left = sorted(p.name for p in tmp_path.iterdir() if model_file is None or p != model_file)
+    assert left == [], left  # no temporary folder (".out.*.tmp") either
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_model(cli, tmp_path, case):
+    source, code, needles = CASES[case]
+    model_file = tmp_path / "model.py"
+    if source is not None:
+        model_file.write_text(source)
+    result = cli("profile", model_file, "--out", tmp_path / "out", *RUN_ARGS)
+
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "internal error" not in lines[0]
+    for needle in needles:
+        assert needle.lower() in lines[0].lower(), (needle, lines[0])
+    assert_nothing_left(tmp_path, model_file if source is not None else None)
+
+
+@pytest.mark.parametrize("call", [2, 6], ids=["timing", "profiling"])
+def test_ctrl_c_leaves_nothing(cli, tmp_path, call):
+    """SIGINT from inside a step: during the timing phase (call 2) and while the profiler records (call 6),
+    when the temporary output folder already exists."""
+    model_file = tmp_path / "model.py"
+    model_file.write_text(
+        "import os\nimport signal\n" + counting_model(f"if calls == {call}:\n    os.kill(os.getpid(), signal.SIGINT)")
+    )
+    result = cli("profile", model_file, "--out", tmp_path / "out", *RUN_ARGS)
+
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    lines = stderr_lines(result)
+    assert lines == ["interrupted: nothing was written"], result.stderr
+    assert result.stdout == ""
+    assert_nothing_left(tmp_path, model_file)
+
+
+def test_out_folder_with_other_files_is_refused(cli, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = cli("profile", TINY_MLP, "--out", out, *RUN_ARGS)
+    assert result.returncode == 2, result.stderr
+    lines = stderr_lines(result)
+    assert len(lines) == 1 and "holds other files (notes.txt)" in lines[0], result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -1,0 +1,265 @@
+"""`gpuadvisor profile` on a machine without a GPU, and the parts of it that need none.
+
+Without CUDA, profile runs the model on the CPU: steps timed with time.perf_counter, a CPU-only trace, a
+report whose cpu_ops say where the CPU time went and whose notes name the GPU analyses that were skipped.
+nvml.csv is not written there (NVML samples a GPU; there is none), and the note says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gpuadvisor.capture import nvml as nvml_module  # noqa: E402
+from gpuadvisor.capture.timing import StepTimes, percentile, time_steps  # noqa: E402
+from gpuadvisor.profile import _rescale_savings, _RunFacts, _use_timed_steps  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_MLP = REPO / "examples" / "tiny_mlp.py"
+SAMPLES = REPO / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, cli):
+    """One CPU profile of the tiny MLP into a folder that already holds an older run's report."""
+    root = tmp_path_factory.mktemp("profile")
+    out = root / "out"
+    out.mkdir()
+    (out / "report.json").write_text('{"stale": true}')
+    result = cli(
+        "profile", TINY_MLP, "--out", out, "--steps", "5", "--warmup", "1", "--profile-steps", "2", "-f", "json"
+    )
+    return root, out, result
+
+
+def test_profile_writes_the_folder(profiled):
+    root, out, result = profiled
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["report.json", "report.md", "trace.json.gz"]  # no nvml.csv without a GPU
+    assert sorted(p.name for p in root.iterdir()) == ["out"]  # the temporary folder is gone
+    with gzip.open(out / "trace.json.gz", "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    steps = {e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}
+    assert len(steps) == 2
+    assert any(e.get("cat") == "python_function" for e in events)  # recorded with Python stacks
+    assert "# gpuadvisor report: profile" in (out / "report.md").read_text()
+
+
+def test_profile_report_on_cpu(profiled):
+    _, out, result = profiled
+    report = json.loads((out / "report.json").read_text())
+    assert "stale" not in report  # the older folder was replaced
+    assert json.loads(result.stdout)["summary"]["samples_us"] == report["summary"]["samples_us"]
+    assert report["command"] == "profile"
+    summary = report["summary"]
+    assert len(summary["samples_us"]) == 5 and all(s > 0 for s in summary["samples_us"])
+    assert summary["step_time_us"] == pytest.approx(percentile(summary["samples_us"], 50), abs=0.01)
+    assert summary["step_time_source"].startswith("CPU wall clock (time.perf_counter), 5 steps, no profiler")
+    assert summary["tokens_per_s"] == pytest.approx(16 * 1e6 / summary["step_time_us"], rel=1e-3)
+    assert summary["steps"] == 2
+    assert report["env"]["device"] == "cpu" and report["env"]["torch"]
+    assert report["kernels"] == [] and report["findings"] == []
+    cpu_note = [n for n in report["notes"] if "ran on the CPU" in n]
+    assert cpu_note and all(
+        word in cpu_note[0] for word in ("roofline", "GPU busy/idle", "transfers", "NVML", "skipped")
+    )
+    ops = {op["name"]: op for op in report["cpu_ops"]}
+    assert "aten::addmm" in ops
+    # Two Linear layers per step, two profiled steps; self time never exceeds total time.
+    assert ops["aten::addmm"]["count"] == 4 and ops["aten::addmm"]["count_per_step"] == 2
+    assert all(0 <= op["self_us"] <= op["total_us"] + 0.01 for op in report["cpu_ops"])
+    assert ops["aten::linear"]["total_us"] >= ops["aten::addmm"]["total_us"] - 0.01
+
+
+def test_cpu_report_keeps_the_schema_keys(profiled):
+    """The CPU-only report is built without the trace analysis; it must still have every key analyze writes."""
+    from gpuadvisor.pipeline import analyze_path
+
+    _, out, _ = profiled
+    report = json.loads((out / "report.json").read_text())
+    analyzed = analyze_path(SAMPLES / "gemm.json.gz")
+    assert set(analyzed) - {"cpu_ops"} <= set(report)
+    assert set(analyzed["summary"]) <= set(report["summary"])
+    assert set(analyzed["env"]) <= set(report["env"])
+
+
+# --- the measuring parts, without a subprocess ----------------------------------------------------
+
+
+def test_time_steps_on_cpu_measures_each_step():
+    durations = [0.002, 0.001, 0.003]
+    seen = []
+
+    def run(i):
+        seen.append(i)
+        end = __import__("time").perf_counter() + durations[i]
+        while __import__("time").perf_counter() < end:
+            pass
+
+    ticks = []
+    times = time_steps(run, 3, cuda=False, on_step=lambda: ticks.append(1))
+    assert seen == [0, 1, 2] and len(ticks) == 3
+    assert [round(s / 1000) for s in times.samples_us] == [2, 1, 3]
+    assert times.median_us == pytest.approx(2000, rel=0.2)
+    assert "perf_counter" in times.source and "3 steps" in times.source
+    assert times.wall_s * 1e6 >= sum(times.samples_us)
+
+
+def test_percentile_matches_numpy_linear():
+    np = pytest.importorskip("numpy")
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    for q in (10, 50, 90):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert percentile([], 50) is None and percentile([math.nan], 50) is None
+
+
+class FakeNvml:
+    """The pynvml calls the sampler makes, with a device at 1980 MHz that then throttles for power."""
+
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self):
+        self.energy_mj = 1_000_000
+        self.calls = 0
+        self.shut = False
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        self.energy_mj += 700  # 0.7 J per reading
+        return self.energy_mj
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        self.calls += 1
+        return (1980 if self.calls < 6 else 1755) if which == 1 else 3201
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 350_000  # mW
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 41
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Memory", (), {"used": 2 * 2**30})()
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0x4 if self.calls >= 6 else 0
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+
+def test_nvml_sampler_summary_and_csv(tmp_path):
+    fake = FakeNvml()
+    sampler = nvml_module.NvmlSampler(fake, handle="gpu0", interval_s=0.001)
+    with sampler:
+        __import__("time").sleep(0.05)
+    assert fake.shut and len(sampler.samples) >= 3
+    summary = nvml_module.summarize(sampler, [2000.0] * 10)
+    # A phase of 0.05 s is too short for the energy counter's slope: median power x mean step time.
+    assert summary["energy_source"] == f"median of {len(sampler.samples)} NVML power readings"
+    assert summary["energy_j_per_step"] == pytest.approx(350.0 * 2000e-6)
+    assert summary["power_w_median"] == 350.0 and summary["temperature_c_max"] == 41
+    assert summary["clocks"]["mem_mhz_median"] == 3201
+    assert summary["clocks"]["sm_mhz_max"] == 1980 and summary["clocks"]["sm_mhz_min"] == 1755
+    assert summary["throttle_reasons"] == ["sw_power_cap"]
+
+    path = tmp_path / "nvml.csv"
+    nvml_module.write_csv(sampler.samples, path)
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == len(sampler.samples)
+    assert list(rows[0]) == nvml_module.CSV_COLUMNS
+    assert rows[-1]["throttle_reasons"] == "sw_power_cap" and rows[0]["power_w"] == "350.0"
+
+
+def test_average_power_from_the_energy_counter():
+    """The counter advances in ~100 ms steps: its slope between the first and last change, over >= 0.5 s."""
+    sampler = nvml_module.NvmlSampler(FakeNvml(), handle=None)
+    sampler.energy_start_mj = 1_000_000
+    sampler.duration_s = 1.01
+    sampler.energy_end_mj = 1_000_000 + 10 * 14_000
+    readings = []
+    for i in range(50):  # every 20 ms; the counter adds 14 J (140 W) every 100 ms
+        t = 0.02 * i + 0.005
+        readings.append(nvml_module.NvmlSample(t, 1980, 3201, 130.0, 1_000_000 + 14_000 * int(t / 0.1), 40, 1))
+    sampler.samples = readings
+    power, source = nvml_module.average_power(sampler)
+    assert power == pytest.approx(140.0, rel=0.05)
+    assert source.startswith("NVML energy counter")
+    summary = nvml_module.summarize(sampler, [5000.0, 7000.0])
+    assert summary["energy_j_per_step"] == pytest.approx(power * 6000e-6)
+    assert summary["power_w_median"] == 130.0
+
+
+def test_clock_reasons_decoded():
+    assert nvml_module.decode_clock_reasons(0) == []
+    assert nvml_module.decode_clock_reasons(0x1 | 0x20) == ["gpu_idle", "sw_thermal_slowdown"]
+    assert nvml_module.decode_clock_reasons(0x4 | 0x800) == ["sw_power_cap", "bit_0x800"]
+
+
+def test_nvml_unavailable_without_pynvml(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name, *args, **kwargs):
+        if name == "pynvml":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    sampler, reason = nvml_module.open_sampler(0)
+    assert sampler is None and "pynvml" in reason
+
+
+def test_savings_rescaled_to_the_timed_step():
+    """The decode sample (profiled on the H200) against the step timed without the profiler (GPU.md: 5856 µs)."""
+    from gpuadvisor.pipeline import analyze_path
+    from gpuadvisor.rules.engine import load_rules
+
+    report = analyze_path(SAMPLES / "llama_decode.json.gz")
+    rules = load_rules()
+    profiled_step = report["summary"]["step_time_us"]
+    timed = [5850.0, 5856.0, 5870.0]
+    facts = _RunFacts(
+        model_path=Path("examples/llama_decode.py"),
+        out_dir=Path("out"),
+        times=StepTimes(timed, "CUDA events, 3 steps, no profiler", 0.02),
+        tokens_per_step=1,
+        nvml_summary=None,
+        nvml_reason="test",
+        memory={},
+        profiled_steps=3,
+    )
+    _use_timed_steps(report, facts)
+    _rescale_savings(report, rules)
+    summary = report["summary"]
+    assert summary["step_time_us"] == 5856.0 and summary["trace_step_time_us"] == profiled_step
+    assert summary["tokens_per_s"] == pytest.approx(1e6 / 5856, abs=0.1)
+    assert summary["profiler_slowdown"] == pytest.approx(profiled_step / 5856, abs=0.01)
+
+    launch = next(f for f in report["findings"] if f["rule_id"] == "GA101")
+    overhead = next(r for r in rules if r.id == "GA101").thresholds["graph_overhead_us_per_kernel"]
+    evidence = launch["evidence"]
+    expected = 5856.0 - (evidence["gpu_busy_us"] + evidence["kernels_per_step"] * overhead)
+    assert launch["estimated_saving_us_per_step"] == pytest.approx(max(0.0, expected), abs=0.1)
+    assert launch["estimated_saving_pct"] == pytest.approx(100 * max(0.0, expected) / 5856, abs=0.05)
+    assert "Timed without the profiler" in launch["message"]
+    for finding in report["findings"]:
+        assert 0 <= finding["estimated_saving_us_per_step"] <= 5856.0
+        assert finding["estimated_saving_pct"] == pytest.approx(
+            100 * finding["estimated_saving_us_per_step"] / 5856, abs=0.06
+        )
+    savings = [f["estimated_saving_us_per_step"] for f in report["findings"]]
+    assert savings == sorted(savings, reverse=True)
+    assert summary["top_finding"] == report["findings"][0]["rule_id"]
+    assert any("rescaled to the timed step" in note for note in report["notes"])
