@@ -329,7 +329,7 @@ def explain(
     rule = find_rule(rule_id, load_rules(rules))
     thresholds = "\n".join(f"- `{k}` = {v:g}" for k, v in rule.thresholds.items()) or "- none"
     refs = "\n".join(f"- {r}" for r in rule.references) or "- none"
-    fix_line = f"\n\nApply it: `gpuadvisor apply model.py --fix {rule.fix_id}`" if rule.fix_id else ""
+    fix_line = f"\n\nFix id: `{rule.fix_id}`" if rule.fix_id else ""
     text = (
         f"# {rule.id} {rule.name}: {rule.title}\n\n"
         f"*severity* {rule.severity} · *category* {rule.category} · *detector* `{rule.detector}`\n\n"

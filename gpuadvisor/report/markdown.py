@@ -91,7 +91,7 @@ def _finding_details(report: Any) -> list[str]:
         if fix or fix_id:
             line = f"**Fix:** {escape_markdown(fix or '—')}"
             if re.fullmatch(r"[\w.-]+", fix_id):
-                line += f" (`gpuadvisor apply --fix {fix_id}`)"
+                line += f" (fix id `{fix_id}`)"
             elif fix_id:
                 line += f" (fix id {escape_markdown(fix_id)})"
             lines += [line, ""]

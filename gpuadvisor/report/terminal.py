@@ -148,7 +148,7 @@ def _finding_details(report: Any) -> list[Padding]:
             block.append("\nFix: ", style="bold")
             block.append(fix or "—")
             if fix_id:
-                block.append(f"  (gpuadvisor apply --fix {fix_id})", style="green")
+                block.append(f"  (fix id: {fix_id})", style="green")
         evidence = sections.evidence_text(finding)
         if evidence:
             block.append(f"\nEvidence: {evidence}", style="dim")
