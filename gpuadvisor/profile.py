@@ -737,8 +737,8 @@ def _close(entry: list, totals: dict[str, list[float]]) -> None:
 
 def _cpu_report(trace, trace_path: Path, facts: _RunFacts, env: dict, rules, why: str) -> dict[str, Any]:
     """The report of a run without GPU work: timed steps and CPU operators; schema keys as build_report's."""
-    from gpuadvisor.capture.timing import percentile
     from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
+    from gpuadvisor.stats import percentile
 
     cpu_ops, steps, step_durations = cpu_op_table(trace_path)
     summary: dict[str, Any] = {key: None for key in _SUMMARY_KEYS}

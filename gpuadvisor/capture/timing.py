@@ -17,11 +17,12 @@ Torch is imported inside the functions.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from gpuadvisor.stats import percentile
 
 
 @dataclass
@@ -43,17 +44,6 @@ class StepTimes:
     @property
     def p90_us(self) -> float | None:
         return percentile(self.samples_us, 90)
-
-
-def percentile(samples: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method) of the finite samples; None without any."""
-    values = sorted(v for v in samples if v is not None and math.isfinite(v))
-    if not values:
-        return None
-    position = (len(values) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)
 
 
 def time_steps(

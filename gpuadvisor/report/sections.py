@@ -24,6 +24,7 @@ from gpuadvisor.report.formatting import (
     format_us,
     short_kernel_name,
 )
+from gpuadvisor.stats import percentile
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 # Percentiles are printed only from this many step samples up; below that p10/p90 say nothing.
@@ -71,17 +72,6 @@ def text(value: Any, default: str = MISSING) -> str:
         return default
     result = " ".join(str(value).split())
     return result or default
-
-
-def percentile(samples: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method) of the finite values in ``samples``."""
-    values = sorted(v for v in (as_number(s) for s in samples) if v is not None)
-    if not values:
-        return None
-    position = (len(values) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)
 
 
 # --- header -------------------------------------------------------------------------------------
