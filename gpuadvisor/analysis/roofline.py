@@ -23,7 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from gpuadvisor.analysis.linking import gpu_activities
+from gpuadvisor.analysis.linking import gpu_activities, match_names
 from gpuadvisor.device.peaks import DevicePeaks, peak_flops
 from gpuadvisor.trace.kineto import input_shapes_raw
 from gpuadvisor.trace.model import Trace
@@ -242,7 +242,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
 
     # Peak FLOP/s per kernel from its dtype (fp32 operands on TF32 tensor cores when the name says so).
     kind = pd.Series(dtype, dtype=object)
-    tf32 = kind.isin(["float", "c10::Float"]).to_numpy() & names.str.contains("tf32", case=False).to_numpy()
+    tf32 = kind.isin(["float", "c10::Float"]).to_numpy() & match_names(names, r"(?i)tf32")
     kind[tf32] = "tf32"
     peak_of = {d: (peak_flops(peaks, d) or np.nan) for d in kind.dropna().unique()}
     peak = kind.map(peak_of).to_numpy(float)
