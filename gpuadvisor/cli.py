@@ -327,7 +327,8 @@ def explain(
     from gpuadvisor.rules.engine import find_rule, load_rules
 
     rule = find_rule(rule_id, load_rules(rules))
-    thresholds = "\n".join(f"- `{k}` = {v:g}" for k, v in rule.thresholds.items()) or "- none"
+    thresholds = "\n".join(f"- `{k}` = {int(v) if v.is_integer() else v}" for k, v in rule.thresholds.items())
+    thresholds = thresholds or "- none"
     refs = "\n".join(f"- {r}" for r in rule.references) or "- none"
     fix_line = f"\n\nFix id: `{rule.fix_id}`" if rule.fix_id else ""
     text = (

@@ -9,9 +9,19 @@ from gpuadvisor.errors import BadInputError
 
 
 def analyze_trace_object(
-    trace, *, peaks_file=None, rules=None, command: str = "analyze", env: dict[str, Any] | None = None
+    trace,
+    *,
+    peaks_file=None,
+    rules=None,
+    command: str = "analyze",
+    env: dict[str, Any] | None = None,
+    all_ranks=None,
 ) -> dict[str, Any]:
-    """Analyze an already-loaded single-rank :class:`Trace` into a report dict (built-in rules by default)."""
+    """Analyze an already-loaded single-rank :class:`Trace` into a report dict (built-in rules by default).
+
+    ``all_ranks``: the multi-rank :class:`Trace` that ``trace`` is one rank of. The distributed analysis of it
+    is attached to the analysis as ``distributed`` for the GA7xx rules and the report's ``ranks`` section.
+    """
     from gpuadvisor.analysis.bundle import analyze_trace
     from gpuadvisor.device.calibrate import load_calibration
     from gpuadvisor.device.peaks import lookup_peaks
@@ -24,12 +34,21 @@ def analyze_trace_object(
     calibration = load_calibration(device.name) if device is not None else None  # `gpuadvisor calibrate`'s cache
     peaks = lookup_peaks(device, peaks_file, calibration=calibration)
     analysis = analyze_trace(trace, peaks)
+    if all_ranks is not None and len(all_ranks.ranks) > 1:
+        from gpuadvisor.analysis.distributed import distributed_analysis
+
+        analysis.distributed = distributed_analysis(all_ranks, {trace.ranks[0]: analysis.steps})
+        analysis.notes.extend(analysis.distributed.notes)
     findings, skipped = run_rules(analysis, rules)
     return build_report(analysis, findings, skipped, command=command, env=env)
 
 
 def analyze_path(path: str | Path, *, peaks_file=None, rules_dir=None, rank: int | None = None) -> dict[str, Any]:
-    """Load a trace (file or folder of rank files) and analyze one rank of it."""
+    """Load a trace (file or folder of rank files) and analyze one rank of it.
+
+    A folder of several ranks without ``rank`` gives rank 0's report (the lowest rank) plus a ``ranks``
+    section comparing all ranks and the distributed rules' findings; with ``rank`` only that rank.
+    """
     from gpuadvisor.device.peaks import lookup_peaks
     from gpuadvisor.rules.engine import load_rules
     from gpuadvisor.trace.kineto import load_trace
@@ -39,11 +58,19 @@ def analyze_path(path: str | Path, *, peaks_file=None, rules_dir=None, rank: int
         lookup_peaks(None, peaks_file)
     trace = load_trace(path)
     notes = []
+    all_ranks = None
     if len(trace.ranks) > 1:
         chosen = trace.ranks[0] if rank is None else rank
         if chosen not in trace.ranks:
             raise BadInputError(f"{path}: no rank {chosen} (ranks: {', '.join(map(str, trace.ranks))})")
-        notes.append(f"{len(trace.ranks)} ranks in {path}; this report covers rank {chosen} (use --rank N)")
+        if rank is None:
+            all_ranks = trace
+            notes.append(
+                f"{len(trace.ranks)} ranks in {path}; kernels, steps and per-rank findings cover rank {chosen} "
+                "(use --rank N for another), the ranks table and the distributed rules (GA7xx) all ranks"
+            )
+        else:
+            notes.append(f"{len(trace.ranks)} ranks in {path}; this report covers rank {chosen} (use --rank N)")
         trace = trace.for_rank(chosen)
     elif rank is not None and rank not in trace.ranks:
         raise BadInputError(f"{path}: no rank {rank} (the trace is rank {trace.ranks[0]})")
@@ -61,6 +88,6 @@ def analyze_path(path: str | Path, *, peaks_file=None, rules_dir=None, rank: int
         raise BadInputError(
             f"{path}: no GPU kernels in this trace (CPU-only profile; record with ProfilerActivity.CUDA)"
         )
-    report = analyze_trace_object(trace, peaks_file=peaks_file, rules=rules)
+    report = analyze_trace_object(trace, peaks_file=peaks_file, rules=rules, all_ranks=all_ranks)
     report["notes"] = notes + report["notes"]
     return report

@@ -181,7 +181,51 @@ def build_report(
         "skipped_rules": skipped,
         "notes": list(a.notes),
     }
+    ranks = _ranks_section(a)
+    if ranks is not None:
+        report["ranks"] = ranks
     return clean(report)
+
+
+def _ranks_section(a: Analysis) -> dict[str, Any] | None:
+    """All ranks side by side, when the analysis carries a multi-rank ``distributed`` table (a folder of
+    per-rank traces analyzed without --rank): :mod:`gpuadvisor.analysis.distributed` defines the figures.
+
+    {matched_steps [int] (ProfilerStep numbers every rank has; empty: whole-trace figures), step_basis (str),
+    rows [{rank, steps, step_time_us, gpu_busy_pct, compute_us_per_step, communication_us_per_step,
+    exposed_communication_us_per_step, overlapped_communication_us_per_step, collectives_per_step,
+    communication_us_total, exposed_communication_us_total}], straggler (rank or None),
+    straggler_excess_wait_us_per_step, straggler_excess_wait_pct (of the straggler's step)}
+    """
+    d = getattr(a, "distributed", None)
+    if d is None:
+        return None
+    straggler = d.straggler or {}
+    return {
+        "matched_steps": [int(s) for s in d.matched_steps],
+        "step_basis": "median over the ProfilerStep numbers every rank has"
+        if d.matched_steps
+        else "each rank's whole trace (the ranks share no ProfilerStep number)",
+        "rows": [
+            {
+                "rank": int(r.rank),
+                "steps": int(r.steps),
+                "step_time_us": _round(r.step_time_us),
+                "gpu_busy_pct": _round(r.gpu_busy_pct),
+                "compute_us_per_step": _round(r.compute_us_per_step),
+                "communication_us_per_step": _round(r.communication_us_per_step),
+                "exposed_communication_us_per_step": _round(r.exposed_communication_us_per_step),
+                "overlapped_communication_us_per_step": _round(r.overlapped_communication_us_per_step),
+                "collectives_per_step": _round(r.collectives_per_step),
+                "communication_us_total": _round(r.communication_us_total),
+                "exposed_communication_us_total": _round(r.exposed_communication_us_total),
+            }
+            for r in d.rank_table.itertuples()
+        ],
+        "straggler": straggler.get("rank"),
+        "straggler_excess_wait_us_per_step": _round(straggler.get("excess_wait_us_per_step")),
+        "straggler_excess_wait_pct": _round(straggler.get("excess_wait_pct")),
+    }
 
 
 def _cuda_version(value: Any) -> str | None:

@@ -27,6 +27,10 @@ A report is a plain dict. Version 1 (the one :data:`SCHEMA_VERSION` names) holds
 ``skipped_rules``    [{rule_id, reason}]
 ``notes``            [str]
 ``kernel_classes``   optional: {bound: GPU µs per step in kernels of that class}
+``ranks``            optional, multi-rank folders: {matched_steps, step_basis, rows [{rank, step_time_us,
+                     gpu_busy_pct, compute_us_per_step, communication_us_per_step,
+                     exposed_communication_us_per_step, ...}], straggler, straggler_excess_wait_us_per_step,
+                     straggler_excess_wait_pct} (report/build.py, _ranks_section)
 
 Numbers a run could not measure are ``null``; NaN and infinities are written as ``null`` too.
 """

@@ -109,7 +109,8 @@ def _bullets(title: str, items: list[str]) -> list[str]:
 
 def render_markdown(report: dict[str, Any], top: int = 20) -> str:
     """``report`` as GitHub-flavoured Markdown: header, summary, the ``top`` kernels, findings with details,
-    transfers, host syncs, per-step figures, notes and skipped rules. Ends with a newline."""
+    ranks (multi-rank folders), transfers, host syncs, per-step figures, notes and skipped rules. Ends with a
+    newline."""
     lines = _header(report)
     lines += _summary(report)
 
@@ -125,6 +126,7 @@ def render_markdown(report: dict[str, Any], top: int = 20) -> str:
         lines += _finding_details(report)
 
     tables = (
+        sections.rank_table(report),
         sections.cpu_op_table(report),
         sections.transfer_table(report),
         sections.host_sync_table(report),

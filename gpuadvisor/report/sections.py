@@ -598,6 +598,70 @@ def step_table(report: Any) -> Table:
     return table
 
 
+def rank_table(report: Any, limit: int = 16) -> Table:
+    """The ``ranks`` section (a multi-rank folder): per rank its median step, GPU busy, compute,
+    communication and exposed communication per step; the caption names the straggler. Beyond ``limit``
+    ranks, the first ones by rank number are listed, plus the straggler."""
+    ranks = section(report, "ranks")
+    rows = records(ranks, "rows")
+    table = Table(
+        "Ranks",
+        [
+            Column("Rank", wrap=False),
+            Column("Step", True),
+            Column("GPU busy", True),
+            Column("Compute", True),
+            Column("Comm", True),
+            Column("Exposed", True),
+            Column("Exposed %", True),
+        ],
+    )
+    straggler = ranks.get("straggler")
+    shown = rows[: max(0, limit)]
+    shown += [r for r in rows[max(0, limit) :] if straggler is not None and r.get("rank") == straggler]
+    for row in shown:
+        step = as_number(row.get("step_time_us"))
+        exposed = as_number(row.get("exposed_communication_us_per_step"))
+        label = text(row.get("rank"))
+        if straggler is not None and row.get("rank") == straggler:
+            label += " (straggler)"
+        table.rows.append(
+            [
+                label,
+                format_us(step),
+                format_pct(row.get("gpu_busy_pct")),
+                format_us(row.get("compute_us_per_step")),
+                format_us(row.get("communication_us_per_step")),
+                format_us(exposed),
+                format_pct(100.0 * exposed / step if exposed is not None and step else None),
+            ]
+        )
+    if rows:
+        parts = []
+        if len(shown) < len(rows):
+            parts.append(f"{len(shown)} of {len(rows)} ranks")
+        matched = ranks.get("matched_steps")
+        if isinstance(matched, (list, tuple)) and matched:
+            listed = ", ".join(text(s) for s in list(matched)[:6]) + (", …" if len(matched) > 6 else "")
+            parts.append(f"medians over steps {listed}")
+        else:
+            parts.append("each rank's whole trace (no common ProfilerStep numbers)")
+        parts.append(
+            "compute, comm and exposed per step; comm = NCCL/RCCL kernels, exposed = comm while no other kernel or "
+            "copy runs (exposed % of the step)"
+        )
+        if straggler is not None:
+            wait = format_us(ranks.get("straggler_excess_wait_us_per_step"))
+            share = format_pct(ranks.get("straggler_excess_wait_pct"))
+            parts.append(
+                f"straggler: rank {text(straggler)}, the others wait ~{wait} per step for it ({share} of its step)"
+            )
+        else:
+            parts.append("no straggler")
+        table.caption = "; ".join(parts)
+    return table
+
+
 def notes(report: Any) -> list[str]:
     value = report.get("notes") if isinstance(report, dict) else None
     if not isinstance(value, (list, tuple)):

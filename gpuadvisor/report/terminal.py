@@ -157,7 +157,8 @@ def _finding_details(report: Any) -> list[Padding]:
 
 
 def render_terminal(report: dict[str, Any], console: Console, top: int = 10) -> None:
-    """Print ``report`` on ``console``: header, summary, the ``top`` kernels, findings, notes, skipped rules."""
+    """Print ``report`` on ``console``: header, summary, the ``top`` kernels, findings, ranks (multi-rank
+    folders), transfers, host syncs, notes, skipped rules."""
     console.print(_header(report))
     console.print()
     console.print(_summary(report))
@@ -183,7 +184,7 @@ def render_terminal(report: dict[str, Any], console: Console, top: int = 10) -> 
         console.print(Text("No findings.", style="dim"))
         console.print()
 
-    for table in (sections.transfer_table(report), sections.host_sync_table(report)):
+    for table in (sections.rank_table(report), sections.transfer_table(report), sections.host_sync_table(report)):
         if table.rows:
             console.print(_rich_table(table))
             console.print()

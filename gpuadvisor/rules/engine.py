@@ -78,7 +78,16 @@ DETECTORS: dict[str, Detector] = {}
 # The detectors gpuadvisor.rules.detectors registers. Named here so that listing and validating rules
 # (`gpuadvisor rules`, `explain`) does not import the analyses and pandas; a test keeps the two in step.
 BUILTIN_DETECTORS = frozenset(
-    {"launch_bound", "underfilled_kernels", "elementwise_chain", "fp32_matmul", "host_syncs", "pageable_copies"}
+    {
+        "launch_bound",
+        "underfilled_kernels",
+        "elementwise_chain",
+        "fp32_matmul",
+        "host_syncs",
+        "pageable_copies",
+        "exposed_communication",
+        "straggler_rank",
+    }
 )
 
 
@@ -215,7 +224,7 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
 def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dict[str, str]]]:
     """Run each rule's detector. Returns findings sorted by estimated saving (largest first) and the
     skipped rules with their reasons."""
-    from gpuadvisor.rules import detectors  # noqa: F401  (registers the built-in detectors)
+    from gpuadvisor.rules import detectors, detectors_distributed  # noqa: F401  (register the built-in detectors)
 
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
