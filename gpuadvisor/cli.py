@@ -78,7 +78,14 @@ def _sample_path(name: str) -> Path:
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    console.on_broken_pipe = _broken_pipe  # rich's own handler exits 1, which here means "findings"
+    return console
+
+
+def _broken_pipe() -> None:
+    _quiet_stdout()  # the reader went away (`| head`): not an error
+    raise SystemExit(0)
 
 
 @app.command()
@@ -353,6 +360,8 @@ def main() -> None:
     except KeyboardInterrupt:
         _error_line("interrupted: nothing was written")
         sys.exit(130)
+    except BrokenPipeError:
+        _broken_pipe()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -373,6 +382,14 @@ def main() -> None:
     if code == 130:  # typer turns Ctrl-C inside a command into a quiet exit 130
         _error_line("interrupted: nothing was written")
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _error_line(message: str) -> None:

@@ -381,3 +381,22 @@ def test_analyze_help_does_not_import_heavy_modules(cli, python):
     assert "--sample" in loaded["text"]
     assert loaded["import"] == []
     assert loaded["help"] == []
+
+
+def test_reader_closing_the_pipe_is_not_an_error():
+    """`gpuadvisor analyze | head -1`: the terminal report meets a closed pipe; exit 0, no traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "100"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuadvisor", "analyze"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert first.startswith(b"gpuadvisor") and "Traceback" not in stderr
