@@ -395,8 +395,7 @@ def test_reader_closing_the_pipe_is_not_an_error():
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuadvisor", "analyze"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
-    first = proc.stdout.readline()
-    proc.stdout.close()
+    proc.stdout.close()  # before the report is written: its first write meets a closed pipe
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, stderr
-    assert first.startswith(b"gpuadvisor") and "Traceback" not in stderr
+    assert "Traceback" not in stderr and "error" not in stderr
