@@ -1,0 +1,67 @@
+"""Record the reports behind the CI gate's acceptance: A/A pairs and planted slowdowns, on a GPU.
+
+    python3 benchmarks/gate_reports.py --pairs 20 --out DIR       # on a CUDA GPU
+
+Runs `gpuadvisor profile examples/gate_workload.py` (default settings: 5 warm-up, 30 timed steps, 3
+profiled steps) in one process, round-robin so that drift hits every kind equally: per round a baseline,
+a second baseline (A/A), one with a planted 10% slowdown and one with a planted 2% slowdown (an extra
+matmul, GPUADVISOR_EXAMPLE_EXTRA=0.10 / 0.02). Writes DIR/{base,aa,slow10,slow2}/NN.json (the
+report.json of each run) and DIR/recording.json (command, GPU, torch, date).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+KINDS = {"base": "0", "aa": "0", "slow10": "0.10", "slow2": "0.02"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    import torch
+
+    from gpuadvisor.profile import run_profile
+
+    example = ROOT / "examples" / "gate_workload.py"
+    for kind in KINDS:
+        (args.out / kind).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.pairs):
+            for kind, extra in KINDS.items():
+                os.environ["GPUADVISOR_EXAMPLE_EXTRA"] = extra
+                run_dir = Path(tmp) / f"{kind}{i}"
+                report = run_profile(example, out_dir=run_dir)
+                shutil.copy(run_dir / "report.json", args.out / kind / f"{i:02d}.json")
+                shutil.rmtree(run_dir)
+                print(f"{kind:7s} {i:2d} median {report['summary']['step_time_us']:9.1f} us", flush=True)
+    (args.out / "recording.json").write_text(
+        json.dumps(
+            {
+                "command": "python3 benchmarks/gate_reports.py " + " ".join(sys.argv[1:]),
+                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                "torch": torch.__version__,
+                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "kinds": {k: f"GPUADVISOR_EXAMPLE_EXTRA={v}" for k, v in KINDS.items()},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
