@@ -4,9 +4,10 @@
 
 Runs `gpuadvisor profile examples/gate_workload.py` (default settings: 5 warm-up, 30 timed steps, 3
 profiled steps) in one process, round-robin so that drift hits every kind equally: per round a baseline,
-a second baseline (A/A), one with a planted 10% slowdown and one with a planted 2% slowdown (an extra
-matmul, GPUADVISOR_EXAMPLE_EXTRA=0.10 / 0.02). Writes DIR/{base,aa,slow10,slow2}/NN.json (the
-report.json of each run) and DIR/recording.json (command, GPU, torch, date).
+a second baseline (A/A), one with a planted 10% slowdown (an extra matmul, GPUADVISOR_EXAMPLE_EXTRA=0.10)
+and one with a planted 2% slowdown (2% larger matmuls, same kernels: GPUADVISOR_EXAMPLE_GROW=0.02).
+Writes DIR/{base,aa,slow10,slow2}/NN.json (the report.json of each run) and DIR/recording.json
+(command, GPU, torch, date).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-KINDS = {"base": "0", "aa": "0", "slow10": "0.10", "slow2": "0.02"}
+# kind -> environment of the run: a 10% slowdown as an extra kernel, a 2% one as bigger matmuls.
+KINDS = {
+    "base": {},
+    "aa": {},
+    "slow10": {"GPUADVISOR_EXAMPLE_EXTRA": "0.10"},
+    "slow2": {"GPUADVISOR_EXAMPLE_GROW": "0.02"},
+}
 
 
 def main() -> None:
@@ -41,8 +48,9 @@ def main() -> None:
         (args.out / kind).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.pairs):
-            for kind, extra in KINDS.items():
-                os.environ["GPUADVISOR_EXAMPLE_EXTRA"] = extra
+            for kind, knobs in KINDS.items():
+                for knob in ("GPUADVISOR_EXAMPLE_EXTRA", "GPUADVISOR_EXAMPLE_GROW"):
+                    os.environ[knob] = knobs.get(knob, "0")
                 run_dir = Path(tmp) / f"{kind}{i}"
                 report = run_profile(example, out_dir=run_dir)
                 shutil.copy(run_dir / "report.json", args.out / kind / f"{i:02d}.json")
@@ -55,7 +63,7 @@ def main() -> None:
                 "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                 "torch": torch.__version__,
                 "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "kinds": {k: f"GPUADVISOR_EXAMPLE_EXTRA={v}" for k, v in KINDS.items()},
+                "kinds": {k: v or "no knob" for k, v in KINDS.items()},
             },
             indent=2,
         )

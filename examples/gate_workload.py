@@ -2,7 +2,9 @@
 
 ``GPUADVISOR_EXAMPLE_EXTRA`` (a fraction, default 0) adds one more matmul whose row count is that
 fraction of the eight matmuls' rows, i.e. about that fraction of the step's GPU time: 0.10 plants a
-10% slowdown as a real extra kernel (measured, not edited numbers), 0.02 a 2% one. The kernels are large
+10% slowdown as a real extra kernel (measured, not edited numbers). ``GPUADVISOR_EXAMPLE_GROW`` (a
+fraction) instead gives the activations that many more rows, so every matmul does that much more work
+with the same kernels: 0.02 plants a 2% slowdown that leaves the kernel count alone. The kernels are large
 (about 175 us each on an H200), so the step is GPU-bound and its timing is steady between runs.
 Without CUDA it runs a tiny version on the CPU.
 """
@@ -21,7 +23,8 @@ def build():
     torch.manual_seed(0)
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     weights = [torch.randn(SIZE, SIZE, device=DEVICE, dtype=dtype) / SIZE**0.5 for _ in range(LAYERS)]
-    x = torch.randn(SIZE, SIZE, device=DEVICE, dtype=dtype)
+    rows = round(SIZE * (1 + float(os.environ.get("GPUADVISOR_EXAMPLE_GROW", "0"))))
+    x = torch.randn(rows, SIZE, device=DEVICE, dtype=dtype)
     extra_rows = round(float(os.environ.get("GPUADVISOR_EXAMPLE_EXTRA", "0")) * LAYERS * SIZE)
     extra = torch.randn(extra_rows, SIZE, device=DEVICE, dtype=dtype) if extra_rows > 0 else None
     return weights, (x, extra)
