@@ -54,24 +54,23 @@ STEP_COLUMNS = [
 ]
 
 
-def sync_calls(trace: Trace) -> pd.DataFrame:
-    """Host calls that block on the GPU. Columns as ``trace.runtime`` plus step_index."""
+def _calls_matching(trace: Trace, pattern: str) -> pd.DataFrame:
     rt = trace.runtime
     if not len(rt):
         return rt.assign(step_index=pd.Series(dtype=np.int64))
-    calls = rt[match_names(rt["name"], SYNC_CALL_PATTERN)].copy()
+    calls = rt[match_names(rt["name"], pattern)].copy()
     calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
     return calls
+
+
+def sync_calls(trace: Trace) -> pd.DataFrame:
+    """Host calls that block on the GPU. Columns as ``trace.runtime`` plus step_index."""
+    return _calls_matching(trace, SYNC_CALL_PATTERN)
 
 
 def launch_calls(trace: Trace) -> pd.DataFrame:
     """Host calls that launch GPU work. Columns as ``trace.runtime`` plus step_index."""
-    rt = trace.runtime
-    if not len(rt):
-        return rt.assign(step_index=pd.Series(dtype=np.int64))
-    calls = rt[match_names(rt["name"], LAUNCH_CALL_PATTERN)].copy()
-    calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
-    return calls
+    return _calls_matching(trace, LAUNCH_CALL_PATTERN)
 
 
 def queue_depth_at_launch(acts: pd.DataFrame) -> np.ndarray:
