@@ -237,6 +237,122 @@ def doctor() -> None:
     render_checks(checks, _console())
 
 
+@app.command()
+def compare(
+    base: Annotated[Path, typer.Argument(help="The base report.json (from profile or analyze), e.g. main's.")],
+    current: Annotated[Path, typer.Argument(help="The current report.json, e.g. the pull request's.")],
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
+    ] = OutputFormat.terminal,
+    junit_xml: Annotated[
+        Path | None, typer.Option("--junit-xml", help="Also write JUnit XML here: one test case per metric.")
+    ] = None,
+    threshold_pct: Annotated[
+        float | None,
+        typer.Option("--threshold-pct", min=0, help="Ratio threshold in % for every timed, memory and energy metric."),
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option("--alpha", min=0, max=1, help="Significance level of the Mann–Whitney test.")
+    ] = None,
+    top: Annotated[int | None, typer.Option("--top", min=0, help="Kernels compared, from each report's top.")] = None,
+    allow_env_drift: Annotated[
+        bool, typer.Option("--allow-env-drift", help="Compare runs from different GPUs, drivers, CUDA, torch, clocks.")
+    ] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on an inconclusive verdict too.")] = False,
+) -> None:
+    """Gate CI on two reports: regression (exit 1), pass or inconclusive (exit 0), not comparable (exit 2).
+
+    Step times are tested with a one-sided Mann–Whitney U test on the samples AND a ratio threshold AND
+    an absolute floor; counters compare exactly. Thresholds come from [tool.gpuadvisor.compare] in the
+    nearest pyproject.toml (from the current folder upwards), then from the flags. Markdown is appended
+    to $GITHUB_STEP_SUMMARY when it is set.
+
+    Example:
+
+      gpuadvisor compare main/report.json pr/report.json --junit-xml gate.xml
+    """
+    from gpuadvisor import gate
+    from gpuadvisor.report.json import load_report
+
+    reports = load_report(base), load_report(current)
+    config = gate.find_config(Path.cwd())
+    settings, _ = gate.load_settings(config, {"--threshold-pct": threshold_pct, "--alpha": alpha, "--top": top})
+    result = gate.compare_reports(*reports, settings, allow_env_drift=allow_env_drift, labels=(str(base), str(current)))
+    result["config"] = str(config) if config else None
+    if junit_xml is not None:
+        _write_text(junit_xml, gate.render_junit_xml(result, strict), "--junit-xml")
+    markdown = gate.render_markdown(result)
+    _append_step_summary(markdown)
+    if output_format is OutputFormat.json:
+        from gpuadvisor.report.json import to_json
+
+        sys.stdout.write(to_json(result))
+    elif output_format is OutputFormat.markdown:
+        sys.stdout.write(markdown)
+    else:
+        gate.render_terminal(result, _console())
+    code = gate.exit_code(result, strict)
+    if code != 0:
+        _error_line(gate.summary_line(result, strict))
+    raise typer.Exit(code)
+
+
+@app.command()
+def diff(
+    base: Annotated[Path, typer.Argument(help="The base Kineto trace (.json or .json.gz).")],
+    current: Annotated[Path, typer.Argument(help="The current Kineto trace.")],
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
+    ] = OutputFormat.terminal,
+    top: Annotated[int, typer.Option("--top", min=1, help="Rows per table, largest change first.")] = 15,
+    rank: Annotated[int | None, typer.Option("--rank", help="Which rank of a multi-rank folder to compare.")] = None,
+) -> None:
+    """What changed between two traces: kernels, copies and CPU operators added, removed, slower or faster,
+    by total time per step (per trace when either lacks ProfilerStep annotations), largest change first.
+
+    Example:
+
+      gpuadvisor diff main/trace.json.gz pr/trace.json.gz --top 10
+    """
+    for path in (base, current):
+        if not path.exists():  # before pandas is imported: a typo answers at once
+            raise BadInputError(f"{path}: no such file or directory")
+    from gpuadvisor import diff as trace_diff
+
+    result = trace_diff.diff_paths(base, current, rank=rank, top=top)
+    if output_format is OutputFormat.json:
+        from gpuadvisor.report.json import to_json
+
+        sys.stdout.write(to_json(result))
+    elif output_format is OutputFormat.markdown:
+        sys.stdout.write(trace_diff.render_markdown(result))
+    else:
+        trace_diff.render_terminal(result, _console())
+
+
+def _write_text(path: Path, text: str, option: str) -> None:
+    from gpuadvisor.report.write import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise BadInputError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+
+
+def _append_step_summary(markdown: str) -> None:
+    """Append to the file GitHub Actions names in $GITHUB_STEP_SUMMARY; a failure there only warns."""
+    import os
+
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(markdown + "\n")
+    except OSError as exc:
+        _error_line(f"warning: cannot append to $GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}")
+
+
 class _nullcontext:
     def __enter__(self):
         return self
