@@ -562,6 +562,9 @@ def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, 
         f"trace (GPU busy, idle, kernels) come from {facts.profiled_steps} profiled step(s), "
         f"{_ratio_text(report['summary'].get('profiler_slowdown'))}",
     ]
+    spread = _spread_note(facts.times.p10_us, facts.times.p90_us)
+    if spread:
+        notes.append(spread)
     if facts.nvml_summary is None:
         notes.append(f"NVML not sampled ({facts.nvml_reason}): no clocks, power or energy; nvml.csv not written")
     else:
@@ -583,6 +586,22 @@ def _ratio_text(slowdown: float | None) -> str:
     if slowdown is None:
         return "whose step time is not comparable"
     return f"each {slowdown:.1f}x as long as a timed step"
+
+
+# Above this p90/p10 ratio the step times are too unsteady to compare one run with another at a 5%
+# threshold: an eager decode step on a shared H200 host moved between 5.5 and 12.5 ms within one run.
+UNSTEADY_SPREAD = 1.2
+
+
+def _spread_note(p10: float | None, p90: float | None) -> str | None:
+    """A warning when the timed steps vary widely (host contention, clock changes, a launch-bound step)."""
+    if not p10 or not p90 or p90 / p10 <= UNSTEADY_SPREAD:
+        return None
+    return (
+        f"step times vary widely (p10 {p10:,.0f} µs, p90 {p90:,.0f} µs, {100 * (p90 / p10 - 1):.0f}% apart): "
+        "something else competes for the host or the GPU, or the step is bound by the host's launch rate; time "
+        "more steps (--steps) and compare runs with `gpuadvisor compare`, which tests every sample"
+    )
 
 
 def _timed_summary(facts: _RunFacts) -> dict[str, Any]:

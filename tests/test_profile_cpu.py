@@ -263,3 +263,12 @@ def test_savings_rescaled_to_the_timed_step():
     assert savings == sorted(savings, reverse=True)
     assert summary["top_finding"] == report["findings"][0]["rule_id"]
     assert any("rescaled to the timed step" in note for note in report["notes"])
+
+
+def test_unsteady_step_times_get_a_note():
+    from gpuadvisor.profile import _spread_note
+
+    assert _spread_note(1000.0, 1150.0) is None
+    note = _spread_note(8391.0, 12500.0)
+    assert note and "49% apart" in note and "\n" not in note
+    assert _spread_note(None, 10.0) is None
