@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Generic, TypeVar, Union
@@ -145,8 +146,9 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 # bytes in
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """The decompressed bytes of a trace file, with guards against bad and hostile files."""
+def read_trace_bytes(path: Path) -> bytearray:
+    """The decompressed bytes of a trace file, with guards against bad and hostile files. A bytearray:
+    the decoder frames each chunk of events in place (see _framed_chunk) instead of copying it."""
     try:
         with open(path, "rb") as f:
             head = f.read(2)
@@ -155,7 +157,12 @@ def read_trace_bytes(path: Path) -> bytes:
             f.seek(0)
             if head == b"\x1f\x8b":
                 return _gunzip_guarded(f, path)
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_TRACE_BYTES:
+                raise BadInputError(f"{path}: {size / 1e9:.1f} GB is over the {MAX_TRACE_BYTES / 1e9:.1f} GB limit")
+            data = bytearray(size)
+            read = f.readinto(data)
+            del data[read:]
     except IsADirectoryError:
         raise BadInputError(f"{path}: is a directory with no trace files") from None
     except PermissionError:
@@ -167,7 +174,7 @@ def read_trace_bytes(path: Path) -> bytes:
     return data
 
 
-def _gunzip_guarded(f, path: Path) -> bytes:
+def _gunzip_guarded(f, path: Path) -> bytearray:
     """Decompress a gzip stream (one member or several concatenated), at most one chunk of output at a
     time, checking the start of the data and the bomb limits after every chunk."""
     out = bytearray()
@@ -200,7 +207,7 @@ def _gunzip_guarded(f, path: Path) -> bytes:
         _check_bomb(path, len(out), compressed)
     if not decomp.eof:
         raise BadInputError(f"{path}: truncated gzip file (stream ends before its end marker)")
-    return bytes(out)
+    return out
 
 
 def _check_bomb(path: Path, out_bytes: int, compressed: int) -> None:
@@ -248,29 +255,40 @@ def _address(buffer) -> int:
     return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0]
 
 
-def _chunk_bytes(data: bytes, raws: list[msgspec.Raw]) -> bytes:
-    """The events ``raws`` as one JSON array. The raw events are views into ``data``, in order, so the
-    chunk is one slice of it from the first event to the end of the last (the commas between them
-    included); joining them one by one instead costs 1.5 µs per event."""
+@contextmanager
+def _framed_chunk(data: bytearray, raws: list[msgspec.Raw]):
+    """The events ``raws`` as one JSON array, without copying them. The raw events are views into ``data``,
+    in order, so the chunk is the span from the first event's start to the last one's end (the commas
+    between them included). The bytes just outside that span (a comma, whitespace or a bracket) are
+    overwritten with "[" and "]" while the chunk is decoded, then restored. Copying each ~70 MB span
+    instead cost 1.5 s on a 425 MB trace (page faults on fresh memory), joining the raw events 2.0 s."""
     base = _address(data)
-    start = _address(raws[0]) - base
+    start = _address(raws[0]) - base - 1
     end = _address(raws[-1]) - base + len(raws[-1])
-    if 0 <= start < end <= len(data) and data[start : start + len(raws[0])] == bytes(raws[0]):
-        return b"[" + data[start:end] + b"]"
-    return b"[" + b",".join(raws) + b"]"
+    inside = 0 <= start and end < len(data) and data[start + 1 : start + 1 + len(raws[0])] == bytes(raws[0])
+    if not inside or not isinstance(data, bytearray):
+        yield b"[" + b",".join(raws) + b"]"
+        return
+    saved = data[start], data[end]
+    data[start], data[end] = 0x5B, 0x5D  # "[", "]"
+    try:
+        # Not released here: the decoded events' raw fields (shapes) are views into it until copied.
+        yield memoryview(data)[start : end + 1]
+    finally:
+        data[start], data[end] = saved
 
 
-def _decode_chunk(data: bytes, raws: list[msgspec.Raw], path: Path) -> list:
+def _decode_chunk(data: bytearray, raws: list[msgspec.Raw], path: Path) -> list:
     """Typed events for a slice of raw events; the lenient structs when a field has an unexpected type."""
-    joined = _chunk_bytes(data, raws)
-    try:
-        return _CHUNK_DECODERS[0].decode(joined)
-    except msgspec.ValidationError:
-        pass
-    try:
-        return _CHUNK_DECODERS[1].decode(joined)
-    except msgspec.ValidationError as exc:
-        raise BadInputError(f"{path}: not a Kineto trace (an event is not an object: {exc})") from None
+    with _framed_chunk(data, raws) as chunk:
+        try:
+            return _CHUNK_DECODERS[0].decode(chunk)
+        except msgspec.ValidationError:
+            pass
+        try:
+            return _CHUNK_DECODERS[1].decode(chunk)
+        except msgspec.ValidationError as exc:
+            raise BadInputError(f"{path}: not a Kineto trace (an event is not an object: {exc})") from None
 
 
 def _as_int(value: Any, default: int = -1) -> int:
