@@ -399,3 +399,14 @@ def test_reader_closing_the_pipe_is_not_an_error():
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, stderr
     assert "Traceback" not in stderr and "error" not in stderr
+
+
+def test_a_fifo_is_refused_with_one_line(cli, tmp_path):
+    import os
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    result = cli("analyze", fifo)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a regular file" in lines[0] and "Traceback" not in result.stderr

@@ -623,6 +623,8 @@ def find_trace_files(path: Path) -> list[Path]:
         if not files:
             raise BadInputError(f"{path}: directory has no trace files (*.json or *.json.gz)")
         return files
+    if not path.is_file():  # a FIFO or a device: the reader needs to seek and map
+        raise BadInputError(f"{path}: not a regular file; save the trace to a file first")
     return [path]
 
 
