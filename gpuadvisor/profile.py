@@ -29,8 +29,6 @@ which. Torch is imported inside the functions.
 from __future__ import annotations
 
 import gc
-import gzip
-import json
 import math
 import os
 import platform
@@ -66,7 +64,6 @@ SKIPPED_ON_CPU = "roofline, GPU busy/idle, transfers, NVML (clocks, power, energ
 # overhead stretches that idle time, so it is scaled by timed step / profiled step.
 _HOST_IDLE_DETECTORS = {"host_syncs"}
 _LAUNCH_DETECTOR = "launch_bound"
-_PROFILER_STEP = re.compile(r"ProfilerStep#\d+$")
 _MAX_ERROR_CHARS = 300
 
 # The summary keys of report/build.py (schema v1), for the CPU-only report that does not go through it.
@@ -548,7 +545,7 @@ def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, 
             if cuda
             else "no CUDA GPU: the model ran on the CPU"
         )
-        return _cpu_report(trace, trace_path, facts, env, rules, why)
+        return _cpu_report(trace, facts, env, rules, why)
 
     from gpuadvisor.pipeline import analyze_trace_object
 
@@ -692,41 +689,30 @@ def _rescale_savings(report: dict, rules) -> None:
 # --- CPU-only report ----------------------------------------------------------------------------
 
 
-def cpu_op_table(trace_path: Path, top: int = TOP_CPU_OPS) -> tuple[list[dict[str, Any]], int, list[float]]:
+def cpu_op_table(trace, top: int = TOP_CPU_OPS) -> tuple[list[dict[str, Any]], int, list[float]]:
     """The CPU operators of the profiled steps, by self time: (rows, steps, each step's duration in µs).
 
     Rows: {name, count, count_per_step, self_us, total_us, per_step_us (self time per step),
     total_per_step_us}. Self time is an operator's time minus that of the operators it called, on its
     own thread. Operators outside the ProfilerStep annotations (the harness) are left out.
     """
-    with gzip.open(trace_path, "rb") as handle:
-        doc = json.loads(handle.read())
-    events = doc.get("traceEvents") if isinstance(doc, dict) else None
-    events = [e for e in events or () if isinstance(e, dict) and e.get("ph") == "X"]
-    windows = sorted(
-        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-        for e in events
-        if e.get("cat") == "user_annotation" and _PROFILER_STEP.match(str(e.get("name")))
-    )
-    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    windows = sorted(zip(trace.steps["ts_us"], trace.steps["end_us"]))
+    ops = trace.cpu_ops
     if windows:
-        ops = [e for e in ops if any(t0 <= float(e["ts"]) <= t1 for t0, t1 in windows)]
-    steps = len(windows) or 1
+        from gpuadvisor.analysis.linking import assign_steps
 
-    by_thread: dict[tuple, list[dict]] = {}
-    for op in ops:
-        by_thread.setdefault((op.get("pid"), op.get("tid")), []).append(op)
+        ops = ops[assign_steps(ops["ts_us"].to_numpy(float), trace.steps.sort_values("ts_us")) >= 0]
+    steps = len(windows) or 1
     totals: dict[str, list[float]] = {}  # name -> [count, self_us, total_us]
-    for thread_ops in by_thread.values():
-        thread_ops.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
-        stack: list[list] = []  # [end_us, event, children_us]
-        for op in thread_ops:
-            start, duration = float(op["ts"]), float(op.get("dur", 0))
+    for _, thread_ops in ops.groupby("tid", sort=False):
+        stack: list[list] = []  # [end_us, name, dur_us, children_us]
+        ordered = thread_ops.assign(neg_dur=-thread_ops["dur_us"]).sort_values(["ts_us", "neg_dur"], kind="stable")
+        for name, start, duration in zip(ordered["name"], ordered["ts_us"], ordered["dur_us"]):
             while stack and stack[-1][0] <= start:
                 _close(stack.pop(), totals)
             if stack:
-                stack[-1][2] += duration
-            stack.append([start + duration, op, 0.0])
+                stack[-1][3] += duration
+            stack.append([start + duration, name, duration, 0.0])
         while stack:
             _close(stack.pop(), totals)
     rows = [
@@ -742,24 +728,23 @@ def cpu_op_table(trace_path: Path, top: int = TOP_CPU_OPS) -> tuple[list[dict[st
         for name, (count, self_us, total_us) in totals.items()
     ]
     rows.sort(key=lambda row: -row["self_us"])
-    return rows[:top], steps, [t1 - t0 for t0, t1 in windows]
+    return rows[:top], steps, [float(t1 - t0) for t0, t1 in windows]
 
 
 def _close(entry: list, totals: dict[str, list[float]]) -> None:
-    _, op, children = entry
-    duration = float(op.get("dur", 0))
-    row = totals.setdefault(str(op.get("name")), [0, 0.0, 0.0])
+    _, name, duration, children = entry
+    row = totals.setdefault(str(name), [0, 0.0, 0.0])
     row[0] += 1
     row[1] += max(0.0, duration - children)
     row[2] += duration
 
 
-def _cpu_report(trace, trace_path: Path, facts: _RunFacts, env: dict, rules, why: str) -> dict[str, Any]:
+def _cpu_report(trace, facts: _RunFacts, env: dict, rules, why: str) -> dict[str, Any]:
     """The report of a run without GPU work: timed steps and CPU operators; schema keys as build_report's."""
     from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
     from gpuadvisor.stats import percentile
 
-    cpu_ops, steps, step_durations = cpu_op_table(trace_path)
+    cpu_ops, steps, step_durations = cpu_op_table(trace)
     summary: dict[str, Any] = {key: None for key in _SUMMARY_KEYS}
     summary.update(_timed_summary(facts))
     summary["steps"] = steps

@@ -485,6 +485,7 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
     cpu_ops = pd.DataFrame(
         {
             **_timed(items, rank),
+            "tid": pd.Series(_attr(items, "tid"), dtype=object),
             "external_id": _ints(_attr(args, "external_id")),
             "flops": _floats([np.nan if f is None else f for f in _attr(args, "flops")]),
             # Shapes stay raw JSON until an analysis asks (see input_shapes). The copies detach them from
