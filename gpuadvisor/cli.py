@@ -49,6 +49,22 @@ class Severity(str, Enum):
     info = "info"
 
 
+# Options shared by several commands: one definition each, the same name and help everywhere.
+FormatOption = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
+]
+PeaksOption = Annotated[
+    Path | None, typer.Option("--peaks", help="TOML/JSON file with this GPU's peaks (overrides the table).")
+]
+RulesOption = Annotated[
+    Path | None, typer.Option("--rules", help="Folder of extra rule files; same ids override built-ins.")
+]
+TopKernelsOption = Annotated[int, typer.Option("--top", min=1, help="Kernels to show in the terminal.")]
+FailOnOption = Annotated[
+    Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists.")
+]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"gpuadvisor {__version__}")
@@ -104,23 +120,15 @@ def analyze(
             "--sample", help="Analyze a bundled sample trace: llama_decode, add_rmsnorm, gemm, input_pipeline."
         ),
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
-    ] = OutputFormat.terminal,
+    output_format: FormatOption = OutputFormat.terminal,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Also write report.json and report.md into this folder.")
     ] = None,
-    peaks: Annotated[
-        Path | None, typer.Option("--peaks", help="TOML/JSON file with this GPU's peaks (overrides the table).")
-    ] = None,
-    rules: Annotated[
-        Path | None, typer.Option("--rules", help="Folder of extra rule files; same ids override built-ins.")
-    ] = None,
+    peaks: PeaksOption = None,
+    rules: RulesOption = None,
     rank: Annotated[int | None, typer.Option("--rank", help="Which rank to analyze in a multi-rank folder.")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Kernels to show in the terminal.")] = 10,
-    fail_on: Annotated[
-        Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists.")
-    ] = None,
+    top: TopKernelsOption = 10,
+    fail_on: FailOnOption = None,
 ) -> None:
     """Analyze a profiler trace: roofline class per kernel, step time breakdown, ranked findings.
 
@@ -167,16 +175,12 @@ def profile(
             "report.json, report.md, nvml.csv.",
         ),
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="terminal, json or markdown, to stdout.")
-    ] = OutputFormat.terminal,
-    peaks: Annotated[Path | None, typer.Option("--peaks", help="TOML/JSON file with this GPU's peaks.")] = None,
-    rules: Annotated[Path | None, typer.Option("--rules", help="Folder of extra rule files.")] = None,
+    output_format: FormatOption = OutputFormat.terminal,
+    peaks: PeaksOption = None,
+    rules: RulesOption = None,
     nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and energy with NVML.")] = True,
-    top: Annotated[int, typer.Option("--top", min=1, help="Kernels to show in the terminal.")] = 10,
-    fail_on: Annotated[
-        Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding of this severity or worse exists.")
-    ] = None,
+    top: TopKernelsOption = 10,
+    fail_on: FailOnOption = None,
 ) -> None:
     """Run a model under the profiler and NVML: honest step times, roofline classes, ranked findings.
 
@@ -241,9 +245,7 @@ def doctor() -> None:
 def compare(
     base: Annotated[Path, typer.Argument(help="The base report.json (from profile or analyze), e.g. main's.")],
     current: Annotated[Path, typer.Argument(help="The current report.json, e.g. the pull request's.")],
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
-    ] = OutputFormat.terminal,
+    output_format: FormatOption = OutputFormat.terminal,
     junit_xml: Annotated[
         Path | None, typer.Option("--junit-xml", help="Also write JUnit XML here: one test case per metric.")
     ] = None,
@@ -301,9 +303,7 @@ def compare(
 def diff(
     base: Annotated[Path, typer.Argument(help="The base Kineto trace (.json or .json.gz).")],
     current: Annotated[Path, typer.Argument(help="The current Kineto trace.")],
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
-    ] = OutputFormat.terminal,
+    output_format: FormatOption = OutputFormat.terminal,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows per table, largest change first.")] = 15,
     rank: Annotated[int | None, typer.Option("--rank", help="Which rank of a multi-rank folder to compare.")] = None,
 ) -> None:
@@ -396,7 +396,7 @@ def _check_fail_on(report: dict, fail_on: Severity | None) -> None:
 
 @app.command("rules")
 def list_rules(
-    rules: Annotated[Path | None, typer.Option("--rules", help="Folder of extra rule files to include.")] = None,
+    rules: RulesOption = None,
     output_format: Annotated[
         OutputFormat, typer.Option("--format", "-f", help="terminal, json or markdown (the README's rule table).")
     ] = OutputFormat.terminal,
@@ -442,7 +442,7 @@ def list_rules(
 @app.command()
 def explain(
     rule_id: Annotated[str, typer.Argument(help="A rule id (GA101) or name (launch-bound).")],
-    rules: Annotated[Path | None, typer.Option("--rules", help="Folder of extra rule files to include.")] = None,
+    rules: RulesOption = None,
 ) -> None:
     """Explain a rule: what it detects, why it costs time, an example, and the fix."""
     from rich.markdown import Markdown
