@@ -25,7 +25,7 @@ CATALOG_DIR = Path(__file__).parent / "catalog"
 SEVERITIES = ("high", "medium", "low", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 CATEGORIES = ("launch", "memory", "precision", "transfers", "shared-memory", "capacity", "distributed")
-NEEDS = ("kernels", "runtime", "cpu_ops", "memcpys", "steps", "shapes", "stacks")
+NEEDS = ("kernels", "runtime", "cpu_ops", "memcpys", "steps", "shapes", "stacks", "cuda_sources", "ncu_counters")
 _ID_RE = re.compile(r"^GA[1-7]\d\d$")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _REQUIRED = ("id", "name", "title", "category", "severity", "detector")
@@ -87,6 +87,8 @@ BUILTIN_DETECTORS = frozenset(
         "pageable_copies",
         "exposed_communication",
         "straggler_rank",
+        "bank_conflicts_static",
+        "bank_conflicts_measured",
     }
 )
 
@@ -99,6 +101,22 @@ def detector(name: str) -> Callable[[Detector], Detector]:
         return fn
 
     return register
+
+
+def _lazy_detector(module: str, function: str) -> Detector:
+    """A detector that imports its module on first use (the GA5xx detectors read scan results and Nsight
+    Compute tables, not a trace; `gpuadvisor scan` and `gpuadvisor ncu` call them)."""
+
+    def run(analysis: Any, rule: Rule) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module), function)(analysis, rule)
+
+    return run
+
+
+DETECTORS["bank_conflicts_static"] = _lazy_detector("gpuadvisor.scan.report", "bank_conflicts_static")
+DETECTORS["bank_conflicts_measured"] = _lazy_detector("gpuadvisor.ncu.counters", "bank_conflicts_measured")
 
 
 def _fail(path: Path, message: str) -> BadInputError:
@@ -205,6 +223,8 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
         "steps": len(analysis.steps) > 0,
         "shapes": any(bytes(raw) != b"null" for raw in trace.cpu_ops["input_dims_raw"]),
         "stacks": len(trace.python_frames) > 0,
+        "cuda_sources": False,  # GA501 reads CUDA sources: `gpuadvisor scan`
+        "ncu_counters": False,  # GA502 reads Nsight Compute counters: `gpuadvisor ncu`
     }
     why = {
         "kernels": "no GPU kernels in the trace",
@@ -214,6 +234,8 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
         "steps": "no steps (no GPU activity to frame one)",
         "shapes": "no input shapes (record with record_shapes=True)",
         "stacks": "no Python stacks (record with with_stack=True)",
+        "cuda_sources": "needs CUDA sources (run `gpuadvisor scan`)",
+        "ncu_counters": "needs Nsight Compute counters (run `gpuadvisor ncu`)",
     }
     for need in rule.needs:
         if not have[need]:
