@@ -210,6 +210,114 @@ def profile(
     _check_fail_on(report, fail_on)
 
 
+@app.command("apply")
+def apply_fixes(
+    model: Annotated[
+        Path,
+        typer.Argument(help="A model.py file: build() returns (model, example_inputs); optional step(model, inputs)."),
+    ],
+    fix: Annotated[
+        str,
+        typer.Option(
+            "--fix",
+            help="Fix ids, comma-separated: graphs, fusion, fp8; or 'auto' for the fixes the findings recommend.",
+            show_default=False,
+        ),
+    ],
+    entry: Annotated[
+        str | None, typer.Option("--entry", help="Another build function: 'build_small' or 'pkg.module:function'.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder (default: gpuadvisor-out/<model name>-apply): report.json, report.md, "
+            "before_trace.json.gz, after_trace.json.gz.",
+        ),
+    ] = None,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, help="Untimed steps first, before and again after the fixes.")
+    ] = 5,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Timed steps per side and round (CUDA events).")] = 20,
+    rounds: Annotated[
+        int, typer.Option("--rounds", min=1, help="Interleaved rounds; each times one block of before and of after.")
+    ] = 5,
+    profile_steps: Annotated[int, typer.Option("--profile-steps", min=1, help="Steps recorded by the profiler.")] = 3,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 2, writing nothing, when a requested fix is refused or rolled back.")
+    ] = False,
+    profile_after: Annotated[
+        bool,
+        typer.Option("--profile-after/--no-profile-after", help="Profile the patched step for the per-kernel diff."),
+    ] = True,
+    output_format: FormatOption = OutputFormat.terminal,
+    peaks: PeaksOption = None,
+    rules: RulesOption = None,
+) -> None:
+    """Apply fixes to a model, check its numbers, re-measure, and report before against after.
+
+    The fixes (run in this order; each checks first and refuses, with the reason, where it cannot help):
+
+      fusion   swap modules for fused Triton kernels (RMSNorm, residual add + RMSNorm, SwiGLU, decode
+               linear and attention); fewer, bigger kernels and less memory traffic.
+
+      fp8      FP8 weights and GEMMs where they pay: Hopper or newer, dims divisible by 16, GEMMs large
+               enough (small ones only get slower).
+
+      graphs   capture the whole step in one CUDA graph and replay it: one launch instead of hundreds.
+               Refused for host syncs (.item()), CPU tensors, dynamic shapes and on a machine without CUDA.
+
+    After each fix a numerics guard compares the patched model with the original on fresh inputs
+    (against the model's own precision noise: at most 2x the original's error vs an fp32 reference;
+    fp8: SQNR >= 25 dB; NaN/Inf parity always); a fix that fails it is rolled back. Before and after
+    are then timed in the same process, in interleaved rounds, and the speedup is reported with a 95%
+    bootstrap confidence interval, beside the savings the findings predicted. The report ends with the
+    two lines that keep the fixes in your own code. docs/apply.md says more.
+
+    Exit codes: 0 done (refused fixes are reported, not errors); 2 bad input, or --strict and a
+    requested fix was refused or rolled back (nothing is written); 3 your model's code raised;
+    130 interrupted (nothing is written).
+
+    Examples:
+
+      gpuadvisor apply examples/llama_decode.py --fix graphs
+
+      gpuadvisor apply model.py --fix auto --out runs/fixed
+
+      gpuadvisor apply model.py --fix fusion,graphs --strict --format json > fixed.json
+    """
+    from gpuadvisor.apply import run_apply
+
+    report = run_apply(
+        model,
+        fix,
+        entry=entry,
+        out_dir=out,
+        warmup=warmup,
+        steps=steps,
+        rounds=rounds,
+        profiled_steps=profile_steps,
+        strict=strict,
+        rules=rules,
+        peaks_file=peaks,
+        progress=sys.stderr.isatty(),
+        profile_after=profile_after,
+    )
+    if output_format is OutputFormat.json:
+        from gpuadvisor.report.json import to_json
+
+        sys.stdout.write(to_json(report))
+    elif output_format is OutputFormat.markdown:
+        from gpuadvisor.report.apply_sections import render_apply_markdown
+
+        sys.stdout.write(render_apply_markdown(report))
+    else:
+        from gpuadvisor.report.apply_sections import render_apply_terminal
+
+        render_apply_terminal(report, _console())
+
+
 @app.command()
 def calibrate(
     force: Annotated[bool, typer.Option("--force", help="Measure again even if this GPU has cached roofs.")] = False,
@@ -462,6 +570,142 @@ def explain(
         f"## Thresholds\n\n{thresholds}\n\n## References\n\n{refs}\n"
     )
     _console().print(Markdown(text))
+
+
+@app.command()
+def scan(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="CUDA sources (.cu, .cuh), Python files with CUDA in load_inline/cupy.RawKernel strings, or folders.",
+            show_default=False,
+        ),
+    ],
+    output_format: FormatOption = OutputFormat.terminal,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Also write scan.json and scan.md into this folder.")
+    ] = None,
+    block_dim: Annotated[
+        str | None,
+        typer.Option(
+            "--block-dim", help="Block shape X[,Y[,Z]] for kernels without a `// gpuadvisor: blockDim=` hint."
+        ),
+    ] = None,
+    rules: RulesOption = None,
+    fail_on: FailOnOption = None,
+) -> None:
+    """Predict shared-memory bank conflicts in CUDA C++ sources (rule GA501), line by line, with the fix.
+
+    Each kernel's shared-memory subscripts are interpreted for every warp of one block; an access is
+    clean, an n-way conflict (with a padding or XOR-swizzle fix checked the same way), or unknown with
+    the reason. A file that cannot be read as CUDA (over 8 MiB, binary, not UTF-8, unbalanced braces) gives
+    one warning line and is skipped; the exit code is 0 when at least one file was scanned, 2 when none
+    could be or a path does not exist.
+
+    Examples:
+
+      gpuadvisor scan src/kernels/
+
+      gpuadvisor scan transpose.cu --block-dim 32,8 --format json
+    """
+    from gpuadvisor.scan import report as scan_report
+    from gpuadvisor.scan.analyze import parse_block_dim
+
+    try:
+        shape = parse_block_dim(block_dim) if block_dim is not None else None
+    except ValueError as exc:
+        raise BadInputError(f"--block-dim: {exc}") from None
+    result = scan_report.scan_paths(list(paths), block_dim=shape, rules_dir=rules)
+    for warning in result["warnings"]:
+        _error_line(f"warning: {warning}")
+    scan_report.exit_code(result)
+    if out is not None:
+        scan_report.write_files_atomic(
+            out, {"scan.json": scan_report.to_json(result), "scan.md": scan_report.render_markdown(result)}
+        )
+    if output_format is OutputFormat.json:
+        sys.stdout.write(scan_report.to_json(result))
+    elif output_format is OutputFormat.markdown:
+        sys.stdout.write(scan_report.render_markdown(result))
+    else:
+        scan_report.render_terminal(result, _console())
+    _check_fail_on(result, fail_on)
+
+
+@app.command()
+def ncu(
+    model: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A model.py (build() and optional step()) to run under Nsight Compute.", show_default=False
+        ),
+    ] = None,
+    import_csv: Annotated[
+        Path | None, typer.Option("--import", help="Analyze an existing `ncu --csv` export instead of running a model.")
+    ] = None,
+    entry: Annotated[
+        str | None, typer.Option("--entry", help="Another build function: 'build_small' or 'pkg.module:function'.")
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Steps run before profiling starts.")] = 1,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps profiled by Nsight Compute.")] = 2,
+    launch_count: Annotated[
+        int, typer.Option("--launch-count", min=1, help="Stop after profiling this many kernel launches.")
+    ] = 200,
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", help="Profile only kernels whose name matches this regex.")
+    ] = None,
+    output_format: FormatOption = OutputFormat.terminal,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Also write ncu.json, ncu.md and (for a model) the raw ncu.csv here."),
+    ] = None,
+    rules: RulesOption = None,
+    top: TopKernelsOption = 10,
+    fail_on: FailOnOption = None,
+) -> None:
+    """Measure shared-memory bank conflicts with Nsight Compute (rule GA502): per kernel, shared load and store
+    instructions, wavefronts, bank conflicts and time, with `ncu --clock-control none`.
+
+    Examples:
+
+      gpuadvisor ncu model.py --out runs/ncu
+
+      gpuadvisor ncu --import ncu_export.csv --format markdown
+    """
+    from gpuadvisor.ncu import run as ncu_run
+    from gpuadvisor.scan.report import write_files_atomic
+
+    if (model is None) == (import_csv is None):
+        raise BadInputError("give a model.py or --import FILE.csv (one of them)")
+    raw = None
+    if import_csv is not None:
+        report = ncu_run.import_report(import_csv, rules)
+    else:
+        report, raw = ncu_run.model_report(
+            model,
+            warmup=warmup,
+            steps=steps,
+            launch_count=launch_count,
+            kernel_regex=kernel,
+            entry=entry,
+            rules_dir=rules,
+        )
+    if out is not None:
+        import json
+
+        files = {"ncu.json": json.dumps(report, indent=2) + "\n", "ncu.md": ncu_run.render_markdown(report, top)}
+        if raw is not None:
+            files["ncu.csv"] = raw
+        write_files_atomic(out, files)
+    if output_format is OutputFormat.json:
+        import json
+
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    elif output_format is OutputFormat.markdown:
+        sys.stdout.write(ncu_run.render_markdown(report, top))
+    else:
+        ncu_run.render_terminal(report, _console(), top)
+    _check_fail_on(report, fail_on)
 
 
 def main() -> None:

@@ -189,28 +189,7 @@ def run_profile(
 
         staging, created = _make_staging(out_dir)
         try:
-            from gpuadvisor.capture.profiler import record_trace
-
-            display.phase("profiling", PROFILE_WAIT + PROFILE_WARMUP + profiled_steps)
-            counter = iter(range(PROFILE_WAIT + PROFILE_WARMUP + profiled_steps))
-
-            def profiled_step() -> Any:
-                i = next(counter, 0)
-                result = run_step("profiling", i, PROFILE_WAIT + PROFILE_WARMUP + profiled_steps)
-                display.advance()
-                return result
-
-            import dataclasses
-
-            profiled = dataclasses.replace(workload, step_fn=profiled_step)
-            trace_path = record_trace(
-                profiled,
-                staging / TRACE_FILE,
-                wait=PROFILE_WAIT,
-                warmup=PROFILE_WARMUP,
-                active=profiled_steps,
-                with_stack=True,
-            )
+            trace_path = _record_profile(workload, run_step, staging / TRACE_FILE, profiled_steps, display)
 
             display.phase("analysis")
             env = _environment(cuda, sampler.driver if sampler is not None else None, nvml_summary)
@@ -245,6 +224,30 @@ def run_profile(
 
 
 # --- steps and errors ---------------------------------------------------------------------------
+
+
+def _record_profile(
+    workload, run_step: Callable[[str, int, int], Any], trace_path: Path, profiled_steps: int, display: _Display
+) -> Path:
+    """Record ``profiled_steps`` steps (after PROFILE_WAIT + PROFILE_WARMUP) under the profiler into ``trace_path``."""
+    from gpuadvisor.capture.profiler import record_trace
+
+    total = PROFILE_WAIT + PROFILE_WARMUP + profiled_steps
+    display.phase("profiling", total)
+    counter = iter(range(total))
+
+    def profiled_step() -> Any:
+        i = next(counter, 0)
+        result = run_step("profiling", i, total)
+        display.advance()
+        return result
+
+    import dataclasses
+
+    profiled = dataclasses.replace(workload, step_fn=profiled_step)
+    return record_trace(
+        profiled, trace_path, wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=profiled_steps, with_stack=True
+    )
 
 
 def _step_runner(step_fn: Callable[[], Any]) -> Callable[[str, int, int], Any]:
@@ -342,20 +345,21 @@ def _free_memory() -> str:
 # --- output folder ------------------------------------------------------------------------------
 
 
-def _check_out_dir(out_dir: Path) -> None:
-    """Refuse an ``out_dir`` that is a file, or a folder holding anything but an earlier run's outputs."""
+def _check_out_dir(out_dir: Path, allowed: frozenset[str] = OUTPUT_FILES, command: str = "profile") -> None:
+    """Refuse an ``out_dir`` that is a file, or a folder holding anything but an earlier run's outputs
+    (the file names in ``allowed``; ``command`` names that run in the message)."""
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise BadInputError(f"--out {out_dir} exists and is not a folder")
     if out_dir.is_dir():
         try:
-            foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in OUTPUT_FILES or not p.is_file())
+            foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in allowed or not p.is_file())
         except OSError as error:
             raise BadInputError(f"--out {out_dir}: cannot read it: {error.strerror or error}") from error
         if foreign:
             shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
             raise BadInputError(
                 f"--out {out_dir} exists and holds other files ({shown}); it would be replaced, so give a new "
-                "or an earlier profile's folder"
+                f"or an earlier {command}'s folder"
             )
 
 
@@ -393,12 +397,12 @@ def _remove_dirs(created: list[Path]) -> None:
             return
 
 
-def _publish(staging: Path, out_dir: Path) -> None:
+def _publish(staging: Path, out_dir: Path, allowed: frozenset[str] = OUTPUT_FILES, command: str = "profile") -> None:
     """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` (an earlier run's outputs) goes only now."""
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes private folders; an output folder is meant to be shared
-    _check_out_dir(out_dir)
+    _check_out_dir(out_dir, allowed, command)
     target = out_dir.absolute()
     old = None
     if target.exists():

@@ -78,6 +78,16 @@ class Workload:
         step_fn = _make_step_fn(self.step, model, inputs, self.path)
         return dataclasses.replace(self, model=model, inputs=inputs, step_fn=step_fn)
 
+    def with_step(self, model: Any, step: Callable[[Any, tuple], Any], inputs: tuple | None = None) -> Workload:
+        """The same workload with another two-argument step (and model, and optionally inputs).
+
+        A fix that replaces how a step runs (a CUDA graph replays a captured step) uses this; the new step
+        is called as ``step(model, inputs)`` like the user's, and its exceptions become UserCodeError.
+        """
+        inputs = self.inputs if inputs is None else tuple(inputs)
+        step_fn = _make_step_fn(step, model, inputs, self.path)
+        return dataclasses.replace(self, model=model, inputs=inputs, step_fn=step_fn, step=step)
+
 
 def load_workload(path: str, entry: str | None = None) -> Workload:
     """Load the workload file at ``path`` (or the build function named by ``entry``) and call its build.

@@ -1,0 +1,128 @@
+"""The ``fp8`` fix: linear layers with float8_e4m3fn weights and one fp32 scale per output row.
+
+At decode shapes (at most 16 rows) the layer is bound by streaming its weight, so an FP8 weight
+upcast in registers by ``gpuadvisor.kernels.decode_linear`` halves the bytes of a bf16 weight: the
+route below the bf16 memory floor. With more rows the activations are quantized per row on the fly
+and the product runs on FP8 tensor cores (``torch._scaled_mm``, row-wise scales).
+
+Where it applies (each layer it leaves alone is listed with the reason):
+
+- a CUDA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell: FP8 tensor cores and e4m3
+  conversions);
+- ``nn.Linear`` (or a fused layer's :class:`DecodeLinear`) with bf16 or fp16 weights whose two
+  dimensions are multiples of 16 (``torch._scaled_mm``'s layout rule);
+- weights of at least ``MIN_WEIGHT_ELEMENTS`` elements: below that a layer's time is its launch, not
+  its bytes, and FP8 only adds quantization error (see the constant for the measurement).
+
+The numerics guard judges this fix by the signal-to-quantization-noise ratio of the model's output
+against the original: at least 25 dB (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpuadvisor.fixes.base import Applied, Fix, Refusal
+
+MIN_COMPUTE_CAPABILITY = (8, 9)
+# Weights smaller than this keep their dtype. Measured on the H200 (benchmarks/results/decode_linear_bench.json):
+# at one row, a 2048x2048 weight (8 MB in bf16) streams in a few microseconds either way, so the launch
+# dominates and FP8 buys little; the 2048x5632 and larger decode weights are where the halved bytes show.
+MIN_WEIGHT_ELEMENTS = 1 << 22
+ALIGNMENT = 16
+
+
+class Fp8Fix(Fix):
+    id = "fp8"
+    title = "FP8 weights (e4m3, per-row scales)"
+    numerics = "fp8"
+
+    def check(self, workload: Any) -> Refusal | None:
+        try:
+            import torch
+            from torch import nn
+        except ImportError:
+            return Refusal("fp8 needs PyTorch", "pip install torch")
+        model = workload.model
+        if not isinstance(model, nn.Module):
+            return Refusal(f"the model is a {type(model).__name__}, not a torch.nn.Module", None)
+        if not torch.cuda.is_available():
+            return Refusal(
+                "fp8 needs a CUDA GPU of compute capability >= 8.9 (no CUDA device here)",
+                "run apply on an Ada, Hopper or newer GPU",
+            )
+        device = next((p.device for p in model.parameters()), None)
+        if device is None or device.type != "cuda":
+            return Refusal(f"the model is on {device}, not on the GPU", "build the model on the GPU: .cuda()")
+        capability = torch.cuda.get_device_capability(device)
+        if tuple(capability) < MIN_COMPUTE_CAPABILITY:
+            name = torch.cuda.get_device_name(device)
+            return Refusal(
+                f"fp8 needs compute capability >= 8.9; {name} is {capability[0]}.{capability[1]}",
+                "FP8 tensor cores start with Ada (8.9) and Hopper (9.0)",
+            )
+        eligible, skipped = plan_layers(model)
+        if not eligible:
+            first = skipped[0]["reason"] if skipped else "the model has no linear layers"
+            return Refusal(f"no linear layer qualifies for fp8 ({first})", "see docs/apply.md for the thresholds")
+        return None
+
+    def apply(self, workload: Any) -> Applied:
+        from gpuadvisor.fixes.modules import DecodeLinear
+
+        model = copy.deepcopy(workload.model)
+        eligible, skipped = plan_layers(model)
+        weight_bytes_before = weight_bytes_after = 0
+        for name in eligible:
+            module = model.get_submodule(name)
+            weight_bytes_before += module.weight.numel() * module.weight.element_size()
+            layer = module if isinstance(module, DecodeLinear) else DecodeLinear.from_linear(module)
+            layer.to_fp8()
+            weight_bytes_after += layer.weight.numel() * layer.weight.element_size()
+            if layer is not module:
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent), child, layer)
+        changes = [
+            f"{len(eligible)} linear layer{'s' if len(eligible) != 1 else ''} -> float8_e4m3fn weights with per-row "
+            f"scales ({weight_bytes_before / 1e6:.0f} MB -> {weight_bytes_after / 1e6:.0f} MB of weights)"
+        ]
+        return Applied(workload.with_model(model), changes=changes, skipped=skipped)
+
+
+def plan_layers(model) -> tuple[list[str], list[dict[str, str]]]:
+    """Names of the layers the fix converts, and each layer it leaves alone with the reason."""
+    import torch
+    from torch import nn
+
+    from gpuadvisor.fixes.modules import DecodeLinear
+
+    eligible: list[str] = []
+    skipped: list[dict[str, str]] = []
+    for name, module in model.named_modules():
+        if isinstance(module, DecodeLinear):
+            if module.is_fp8:
+                continue
+        elif type(module) is not nn.Linear:
+            continue
+        if not name:
+            skipped.append({"target": "(model)", "reason": "the model itself is one linear layer"})
+            continue
+        weight = module.weight
+        out_features, in_features = weight.shape
+        if weight.dtype not in (torch.bfloat16, torch.float16):
+            skipped.append({"target": name, "reason": f"{weight.dtype} weights (fp8 is for bf16/fp16 models)"})
+        elif out_features % ALIGNMENT or in_features % ALIGNMENT:
+            skipped.append(
+                {"target": name, "reason": f"{out_features}x{in_features}: dimensions not multiples of {ALIGNMENT}"}
+            )
+        elif weight.numel() < MIN_WEIGHT_ELEMENTS:
+            skipped.append(
+                {
+                    "target": name,
+                    "reason": f"{out_features}x{in_features}: under {MIN_WEIGHT_ELEMENTS:,} weights, too small to pay",
+                }
+            )
+        else:
+            eligible.append(name)
+    return eligible, skipped

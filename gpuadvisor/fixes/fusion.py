@@ -1,0 +1,413 @@
+"""The ``fusion`` fix: swap the model's memory-bound chains for the Triton kernels in gpuadvisor/kernels/.
+
+What it looks for, by structure (attribute names and types, never by guessing from kernel names):
+
+- RMSNorm-like modules: a class whose name contains ``RMSNorm`` (``torch.nn.RMSNorm``, transformers'
+  ``LlamaRMSNorm``, gpt-fast's ``RMSNorm``) with a 1-D ``weight``, no bias and an epsilon attribute
+  (``eps``, ``variance_epsilon`` or ``epsilon``) -> :class:`FusedRMSNorm`.
+- SwiGLU MLPs: three bias-free linears named ``w1``/``w3``/``w2`` (gpt-fast) or
+  ``gate_proj``/``up_proj``/``down_proj`` (transformers) -> :class:`FusedSwiGLU`.
+- gpt-fast style attention: ``wqkv``, ``wo``, ``n_heads``, ``kv_cache.k_cache``/``v_cache`` of shape
+  [B, H, T, hd] and a forward taking (x, input_pos, rope/freqs_cis, mask) -> :class:`FusedDecodeAttention`.
+  Grouped-query attention (fewer cache heads than query heads) and masks other than causal-by-position
+  are left alone.
+- Pre-norm blocks with ``attention_norm``/``attention``/``ffn_norm``/``feed_forward`` ->
+  :class:`FusedPreNormBlock` (the residual add fused into the second norm). transformers' decoder layers
+  are not rewritten: their forward threads caches, masks and hooks through keyword arguments, so the fix
+  says so and only swaps their norms, MLPs and linears.
+- Every remaining ``nn.Linear`` -> :class:`DecodeLinear` (a decode-shape kernel for at most 16 rows).
+
+Nothing is swapped on trust: the fix runs the workload's step once on a copy of the model with hooks
+that record each candidate's real inputs and output, builds the replacement, runs it on those inputs and
+keeps it only if it reproduces the recorded output (relative L2 within the single-kernel bound for the
+dtype: 1e-2 for bf16/fp16, 1e-4 for fp32). A module that fails, or that the step never called, is
+listed in ``skipped`` with the reason. The whole patched model then goes through the numerics guard.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from gpuadvisor.fixes.base import Applied, Fix, Refusal
+
+# Relative L2 a replacement may differ from the module it replaces on the module's recorded inputs
+# (DESIGN.md: single kernels keep the fixed per-dtype bounds).
+MODULE_BOUNDS = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-4}
+
+MLP_NAMES = (("w1", "w3", "w2"), ("gate_proj", "up_proj", "down_proj"))  # (gate, up, down)
+BLOCK_NAMES = ("attention_norm", "attention", "ffn_norm", "feed_forward")
+HF_BLOCK_NAMES = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
+EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
+
+
+class FusionFix(Fix):
+    id = "fusion"
+    title = "Fused Triton kernels (RMSNorm, residual add + RMSNorm, SwiGLU, decode attention, decode linear)"
+    numerics = "model"
+
+    def check(self, workload: Any) -> Refusal | None:
+        try:
+            import torch
+            from torch import nn
+        except ImportError:
+            return Refusal("fusion needs PyTorch", "pip install torch")
+        model = workload.model
+        if not isinstance(model, nn.Module):
+            return Refusal(
+                f"the model is a {type(model).__name__}, not a torch.nn.Module: fusion swaps modules",
+                "return the nn.Module itself from build()",
+            )
+        device = _model_device(model)
+        interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        if not interpreted and (not torch.cuda.is_available() or device is None or device.type != "cuda"):
+            where = "no CUDA device" if not torch.cuda.is_available() else f"the model is on {device}"
+            return Refusal(f"the Triton kernels need a CUDA GPU ({where})", "build the model on the GPU: .cuda()")
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return Refusal("fusion needs Triton, which is not installed", "pip install triton")
+        if model.training:
+            return Refusal(
+                "the model is in training mode; the fused kernels are inference-only (no backward)",
+                "call model.eval() (and run the step under torch.no_grad()) before apply",
+            )
+        plan = find_candidates(model)
+        if not any(plan[key] for key in ("norms", "mlps", "attentions", "linears")):
+            return Refusal(
+                "found no RMSNorm-like module, SwiGLU MLP, gpt-fast attention or nn.Linear to fuse",
+                "the fused kernels cover Llama-style decoders; see docs/apply.md",
+            )
+        return None
+
+    def apply(self, workload: Any) -> Applied:
+        import torch
+
+        model = copy.deepcopy(workload.model)
+        plan = find_candidates(model)
+        skipped = list(plan["skipped"])
+        patched = workload.with_model(model)
+        with torch.no_grad():
+            recorded = _record_calls(model, plan, patched)
+            changes: list[str] = []
+            model = _swap_norms(model, plan["norms"], recorded, changes, skipped)
+            model = _swap_mlps(model, plan["mlps"], recorded, changes, skipped)
+            model = _swap_attentions(model, plan["attentions"], recorded, changes, skipped)
+            model = _swap_blocks(model, plan["blocks"], recorded, changes, skipped)
+            model = _swap_linears(model, changes)
+        return Applied(workload.with_model(model), changes=changes, skipped=skipped)
+
+
+# --- finding candidates -------------------------------------------------------------------------
+
+
+def find_candidates(model) -> dict[str, list]:
+    """Names of the modules each swap would replace, plus ``skipped`` entries for look-alikes it won't touch."""
+    from torch import nn
+
+    from gpuadvisor.fixes.modules import DecodeLinear, attention_arg_roles
+
+    plan: dict[str, list] = {"norms": [], "mlps": [], "attentions": [], "blocks": [], "linears": [], "skipped": []}
+    covered: set[str] = set()  # linears a fused MLP or attention takes over
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if "rmsnorm" in kind.lower() and not _is_replacement(module):
+            eps = rmsnorm_eps(module)
+            weight = getattr(module, "weight", None)
+            if eps is None or weight is None or weight.dim() != 1 or getattr(module, "bias", None) is not None:
+                plan["skipped"].append(
+                    {"target": name or kind, "reason": f"{kind}: no 1-D weight and epsilon, or it has a bias"}
+                )
+            else:
+                plan["norms"].append((name, eps))
+            continue
+        for gate, up, down in MLP_NAMES:
+            parts = [getattr(module, attr, None) for attr in (gate, up, down)]
+            if all(isinstance(part, (nn.Linear, DecodeLinear)) for part in parts):
+                if any(part.bias is not None for part in parts):
+                    plan["skipped"].append({"target": name, "reason": f"{kind}: its projections have biases"})
+                else:
+                    plan["mlps"].append((name, (gate, up, down)))
+                    covered.update(f"{name}.{attr}" if name else attr for attr in (gate, up, down))
+        if all(hasattr(module, attr) for attr in ("wqkv", "wo", "kv_cache", "n_heads")):
+            reason = _attention_unsupported(module)
+            roles = attention_arg_roles(module.forward)
+            if reason is None and roles is None:
+                reason = "forward does not take (x, input_pos, rope/freqs_cis, mask) by those names"
+            if reason is not None:
+                plan["skipped"].append({"target": name, "reason": f"{kind}: {reason}"})
+            else:
+                plan["attentions"].append((name, roles))
+                covered.update(f"{name}.{attr}" if name else attr for attr in ("wqkv", "wo"))
+        if all(hasattr(module, attr) for attr in BLOCK_NAMES):
+            plan["blocks"].append((name, BLOCK_NAMES))
+        elif all(hasattr(module, attr) for attr in HF_BLOCK_NAMES):
+            plan["skipped"].append(
+                {
+                    "target": name,
+                    "reason": f"{kind}: residual add + norm not fused (a transformers decoder layer threads caches "
+                    "and masks through keyword arguments); its norms, MLP and linears are swapped",
+                }
+            )
+    for name, module in model.named_modules():
+        if type(module) is nn.Linear and name not in covered:
+            plan["linears"].append(name)
+        elif isinstance(module, nn.Linear) and type(module) is not nn.Linear:
+            plan["skipped"].append({"target": name, "reason": f"{type(module).__name__} subclasses nn.Linear"})
+    return plan
+
+
+def rmsnorm_eps(module) -> float | None:
+    for attr in EPS_NAMES:
+        value = getattr(module, attr, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    if hasattr(module, "eps") and module.eps is None and getattr(module, "weight", None) is not None:
+        import torch
+
+        return float(torch.finfo(module.weight.dtype).eps)  # torch.nn.RMSNorm(eps=None)
+    return None
+
+
+def _attention_unsupported(module) -> str | None:
+    import torch
+
+    cache = module.kv_cache
+    k_cache, v_cache = getattr(cache, "k_cache", None), getattr(cache, "v_cache", None)
+    if not isinstance(k_cache, torch.Tensor) or not isinstance(v_cache, torch.Tensor) or k_cache.dim() != 4:
+        return "kv_cache has no k_cache/v_cache tensors of shape [batch, heads, slots, head_dim]"
+    n_heads = module.n_heads
+    if not isinstance(n_heads, int) or k_cache.shape[1] != n_heads:
+        return f"grouped-query attention ({k_cache.shape[1]} cache heads, {n_heads} query heads) is not covered"
+    head_dim = k_cache.shape[3]
+    if module.wqkv.weight.shape[0] != 3 * n_heads * head_dim:
+        return "wqkv does not project to 3 x heads x head_dim"
+    return None
+
+
+def _is_replacement(module) -> bool:
+    return type(module).__module__ == "gpuadvisor.fixes.modules"
+
+
+def _model_device(model):
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        return tensor.device
+    return None
+
+
+# --- recording real inputs ----------------------------------------------------------------------
+
+
+def _record_calls(model, plan, workload) -> dict[str, tuple]:
+    """Run the step once with hooks; the first call of each candidate: (args, kwargs, output), detached copies."""
+    names = [name for name, _ in plan["norms"] + plan["mlps"] + plan["attentions"] + plan["blocks"]]
+    recorded: dict[str, tuple] = {}
+    handles = []
+
+    def hook_for(name):
+        def hook(module, args, kwargs, output):
+            if name not in recorded:
+                recorded[name] = (_clone(args), _clone(kwargs), _clone(output))
+
+        return hook
+
+    for name in dict.fromkeys(names):
+        handles.append(model.get_submodule(name).register_forward_hook(hook_for(name), with_kwargs=True))
+    try:
+        workload.step_fn()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return recorded
+
+
+def _clone(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple):
+        return tuple(_clone(item) for item in value)
+    if isinstance(value, list):
+        return [_clone(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _clone(item) for key, item in value.items()}
+    return value
+
+
+def _matches(name: str, replacement, recorded, skipped, what: str) -> bool:
+    """Run ``replacement`` on the module's recorded inputs; True when it reproduces the recorded output."""
+    import torch
+
+    if name not in recorded:
+        skipped.append({"target": name, "reason": f"{what}: not called by the step, so it could not be checked"})
+        return False
+    args, kwargs, expected = recorded[name]
+    try:
+        got = replacement(*_clone(args), **_clone(kwargs))
+    except Exception as error:  # a kernel that rejects this input: leave the module alone
+        skipped.append({"target": name, "reason": f"{what}: replacement raised {type(error).__name__}: {error}"})
+        return False
+    if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        skipped.append(
+            {"target": name, "reason": f"{what}: the replacement's output does not have the original's shape"}
+        )
+        return False
+    dtype = str(expected.dtype).replace("torch.", "")
+    bound = MODULE_BOUNDS.get(dtype, 1e-2)
+    error = _relative_l2(got, expected)
+    if not error <= bound:
+        skipped.append(
+            {
+                "target": name,
+                "reason": f"{what}: output differs from the original (relative L2 {error:.2e} > {bound:.0e})",
+            }
+        )
+        return False
+    return True
+
+
+def _relative_l2(got, expected) -> float:
+    expected64 = expected.double()
+    return float((got.double() - expected64).norm() / expected64.norm().clamp(min=1e-30))
+
+
+def _replace(model, name: str, new):
+    if not name:
+        return new
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), child, new)
+    return model
+
+
+# --- the swaps ----------------------------------------------------------------------------------
+
+
+def _swap_norms(model, norms, recorded, changes, skipped):
+    from gpuadvisor.fixes.modules import FusedRMSNorm
+
+    done = 0
+    for name, eps in norms:
+        module = model.get_submodule(name)
+        fused = FusedRMSNorm(module.weight, eps)
+        if _matches(name, fused, recorded, skipped, type(module).__name__):
+            model = _replace(model, name, fused)
+            done += 1
+    if done:
+        changes.append(f"{done} RMSNorm module{'s' if done != 1 else ''} -> Triton rmsnorm (one kernel each)")
+    return model
+
+
+def _swap_mlps(model, mlps, recorded, changes, skipped):
+    from gpuadvisor.fixes.modules import FusedSwiGLU, as_decode_linear, install
+
+    done = 0
+    for name, names in mlps:
+        module = model.get_submodule(name)
+        what = f"{type(module).__name__} (expected down(silu(gate(x)) * up(x)))"
+        undo = install(
+            module, FusedSwiGLU, {attr: as_decode_linear(getattr(module, attr)) for attr in names}, _fused_names=names
+        )
+        if _matches(name, module, recorded, skipped, what):
+            done += 1
+        else:
+            undo()
+    if done:
+        changes.append(
+            f"{done} SwiGLU MLP{'s' if done != 1 else ''} -> gate/up projections + SiLU product in one kernel "
+            "at decode shapes (Triton swiglu otherwise)"
+        )
+    return model
+
+
+def _swap_attentions(model, attentions, recorded, changes, skipped):
+    import inspect
+
+    from gpuadvisor.fixes.modules import FusedDecodeAttention, as_decode_linear, install
+
+    done = 0
+    for name, roles in attentions:
+        module = model.get_submodule(name)
+        what = type(module).__name__
+        reason = _mask_not_causal(recorded.get(name), roles, module.forward)
+        if reason is not None:
+            skipped.append({"target": name, "reason": f"{what}: {reason}"})
+            continue
+        undo = install(
+            module,
+            FusedDecodeAttention,
+            {"wqkv": as_decode_linear(module.wqkv), "wo": as_decode_linear(module.wo)},
+            _fused_roles=roles,
+            _fused_signature=inspect.signature(module.forward),
+        )
+        if _matches(name, module, recorded, skipped, what):
+            done += 1
+        else:
+            undo()
+    if done:
+        changes.append(
+            f"{done} attention module{'s' if done != 1 else ''} -> rotary + KV-cache write in one kernel and "
+            "split-slot decode attention (at most 16 query rows; the original forward otherwise)"
+        )
+    return model
+
+
+def _mask_not_causal(record, roles, forward) -> str | None:
+    """None when the recorded mask lets query s see exactly the cache slots t <= input_pos[s]."""
+    import inspect
+
+    import torch
+
+    if record is None:
+        return None  # _matches reports it
+    args, kwargs, _ = record
+    try:
+        values = inspect.signature(forward).bind(*args, **kwargs).arguments
+    except TypeError as error:
+        return f"could not bind the recorded call ({error})"
+    mask, input_pos = values.get(roles["mask"]), values.get(roles["input_pos"])
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or not isinstance(input_pos, torch.Tensor):
+        return "the attention mask is not a boolean tensor (the fused kernel masks by position)"
+    slots = mask.shape[-1]
+    expected = torch.arange(slots, device=mask.device)[None, :] <= input_pos.reshape(-1, 1)
+    if mask.shape[-2] != expected.shape[0] or not bool((mask == expected).all()):
+        return "the attention mask is not causal by position (slot t visible iff t <= input_pos)"
+    return None
+
+
+def _swap_blocks(model, blocks, recorded, changes, skipped):
+    from gpuadvisor.fixes.modules import FusedPreNormBlock, FusedRMSNorm, install
+
+    done = 0
+    for name, names in blocks:
+        module = model.get_submodule(name)
+        if not isinstance(getattr(module, names[2]), FusedRMSNorm):
+            skipped.append({"target": name, "reason": f"{type(module).__name__}: its {names[2]} was not swapped"})
+            continue
+        what = f"{type(module).__name__} (expected h = x + attention(norm(x)); h + mlp(norm(h)))"
+        undo = install(module, FusedPreNormBlock, {}, _fused_names=names)
+        if _matches(name, module, recorded, skipped, what):
+            done += 1
+        else:
+            undo()
+    if done:
+        changes.append(f"{done} pre-norm block{'s' if done != 1 else ''} -> residual add + RMSNorm in one kernel")
+    return model
+
+
+def _swap_linears(model, changes):
+    from torch import nn
+
+    from gpuadvisor.fixes.modules import DecodeLinear
+
+    names = [name for name, module in model.named_modules() if type(module) is nn.Linear]
+    for name in names:
+        model = _replace(model, name, DecodeLinear.from_linear(model.get_submodule(name)))
+    total = sum(isinstance(module, DecodeLinear) for module in model.modules())
+    if total:
+        changes.append(
+            f"{total} linear layer{'s' if total != 1 else ''} -> decode-shape Triton GEMV for at most 16 rows "
+            "(cuBLAS above)"
+        )
+    return model

@@ -1,0 +1,455 @@
+"""What one step does that a CUDA graph cannot capture, found by running it under a dispatch mode.
+
+``analyze_step(workload)`` runs the workload's step three times (a warm-up, then two calls to compare) under a
+``torch.utils._python_dispatch.TorchDispatchMode`` that sees every aten op the step calls, with its
+tensor arguments, and records the user's source line of each (the innermost stack frame outside torch,
+gpuadvisor and the standard library). From those records it finds what makes a step uncapturable
+(the PyTorch CUDA-graph rules: no host synchronization, no CPU work inside the captured region, static
+shapes and addresses, no data-dependent control flow):
+
+- host syncs: ``aten._local_scalar_dense`` is ``.item()``, ``int()``/``float()``/``bool()`` of a tensor
+  and what Python's ``if tensor:`` does; copies from a CUDA tensor to the CPU (``.cpu()``, ``.tolist()``,
+  ``.numpy()``) are ``_to_copy``/``copy_`` with a CPU destination;
+- data-dependent output shapes: ``nonzero``, ``masked_select``, ``unique*``, ``repeat_interleave``
+  without ``output_size``, boolean-mask indexing and assignment (``index``/``index_put_`` with a bool index);
+- CPU work in a CUDA step: an op whose non-scalar tensor arguments (or, for a factory, whose result) live
+  on the CPU while the model is on CUDA (0-dim CPU tensors are fine: they become kernel arguments);
+- shapes or ops that change between two calls of the step (e.g. the step makes an input of random length).
+
+The host-sync, data-dependent-shape and changing-shape checks work on a CPU model too (they look at the
+ops, not at the device), so CI sees the same reasons as the H200.
+
+The analysis runs the user's step, which may write model state (a KV cache, an optimizer step). It runs
+on a private deep copy of the model where memory allows (always on the CPU; on CUDA when free memory
+holds another copy of the parameters and buffers), so the user's model is left as it was; otherwise it
+runs on the model itself, which is harmless for a step that writes its state idempotently (the same
+slots with the same values, as a decode step at a fixed position does). It also records which
+parameters and buffers the step writes in place (``writes_state``), which tells the graphs fix whether
+it must capture on a copy.
+
+The model-state helpers (``state_tensors``, ``state_bytes``, ``model_device``, ``private_copy``) live here
+because the numerics guard and the graphs fix ask the same questions about a model. Torch is imported
+inside the functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Ops whose output shape depends on tensor values: a graph records one shape, so they cannot be captured
+# (and on CUDA they sync the host to learn the size).
+_DATA_DEPENDENT_OPS = {
+    "nonzero": "nonzero() / torch.where(cond) with one argument",
+    "masked_select": "masked_select()",
+    "_unique": "unique()",
+    "_unique2": "unique()",
+    "unique_dim": "unique(dim=...)",
+    "unique_consecutive": "unique_consecutive()",
+    "unique_dim_consecutive": "unique_consecutive(dim=...)",
+}
+
+SUGGEST_WHERE = "keep the value on the GPU with torch.where (or masked arithmetic), or move the .item() out of the step"
+SUGGEST_CPU_COPY = "keep the value on the GPU; copy it to the CPU outside the step (every N steps)"
+SUGGEST_FIXED_SHAPE = (
+    "use a fixed-shape form: torch.where(mask, x, 0) instead of x[mask], nonzero_static, or pass output_size"
+)
+SUGGEST_GPU_TENSOR = "create the tensor on the GPU: torch.zeros(..., device=x.device)"
+SUGGEST_INPUT_ON_GPU = "return the inputs on the GPU from build() (a graph replays a copy from the same host buffer)"
+SUGGEST_PAD = "pad inputs to a fixed shape (or capture one graph per shape)"
+
+
+@dataclass
+class SafetyFinding:
+    """One thing in the step that a CUDA graph cannot capture."""
+
+    kind: str  # host_sync | cpu_copy | data_dependent_shape | cpu_op | host_to_device_copy | changing_shape
+    op: str  # the aten op, e.g. "aten._local_scalar_dense"
+    where: str | None  # "model.py:12", the user's line; None when no user frame was on the stack
+    reason: str  # one line: "host sync: .item() at model.py:12 (aten._local_scalar_dense)"
+    suggestion: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "op": self.op,
+            "where": self.where,
+            "reason": self.reason,
+            "suggestion": self.suggestion,
+        }
+
+
+@dataclass
+class StepAnalysis:
+    """What the step did: findings (first seen first), the ops of each run, and the state it writes."""
+
+    findings: list[SafetyFinding] = field(default_factory=list)
+    ops_per_run: list[int] = field(default_factory=list)
+    writes_state: list[str] = field(default_factory=list)  # names of parameters/buffers written in place
+    model_device: str | None = None  # "cuda:0", "cpu", or None for a model without tensors
+    ran_on_copy: bool = True
+
+
+@dataclass
+class _OpRecord:
+    op: str
+    shapes: tuple
+    where: str | None
+    source: str  # the user's source line, stripped ("" when unknown)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model state: shared with the numerics guard and the graphs fix
+
+
+def state_tensors(model: Any) -> list[tuple[str, Any]]:
+    """(name, tensor) of every parameter and buffer of a module (or of the modules/tensors in a dict or object)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return [*model.named_parameters(), *model.named_buffers()]
+    values = model.items() if isinstance(model, dict) else getattr(model, "__dict__", {}).items()
+    found: list[tuple[str, Any]] = []
+    for name, value in values:
+        if isinstance(value, torch.nn.Module):
+            found += [(f"{name}.{inner}", tensor) for inner, tensor in state_tensors(value)]
+        elif isinstance(value, torch.Tensor):
+            found.append((str(name), value))
+    return found
+
+
+def state_bytes(model: Any) -> int:
+    """Bytes held by the model's parameters and buffers (shared tensors counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for _, tensor in state_tensors(model):
+        key = tensor.data_ptr()
+        if key and key in seen:
+            continue
+        seen.add(key)
+        total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def model_device(model: Any, inputs: tuple = ()) -> str | None:
+    """The device of the model's first parameter or buffer, else of the first tensor input; None if neither."""
+    import torch
+
+    for _, tensor in state_tensors(model):
+        return str(tensor.device)
+    for value in _iter_tensors(inputs):
+        if isinstance(value, torch.Tensor):
+            return str(value.device)
+    return None
+
+
+def copy_fits(model: Any, copies: float = 1.0) -> bool:
+    """Whether ``copies`` more copies of the model's state fit: always on the CPU, on CUDA by free memory."""
+    import torch
+
+    device = model_device(model)
+    if device is None or not device.startswith("cuda"):
+        return True
+    free_bytes, _ = torch.cuda.mem_get_info(torch.device(device))
+    return state_bytes(model) * copies <= free_bytes
+
+
+def private_copy(model: Any) -> Any | None:
+    """A deep copy of the model, or None when memory does not allow one or the model cannot be deep-copied
+    (it holds a lock, a file, a compiled artifact): the caller then runs on the model itself and says so."""
+    if not copy_fits(model, 1.1):  # 10% headroom for the allocator's rounding
+        return None
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # deepcopy raises TypeError, RuntimeError, pickling errors... for such members
+        return None
+
+
+def _iter_tensors(value: Any):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _iter_tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _iter_tensors(item)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where an op came from
+
+
+def _library_folders() -> tuple[str, ...]:
+    import torch
+
+    folders = {os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.dirname(__file__))}
+    for key in ("stdlib", "platstdlib"):
+        if folder := sysconfig.get_paths().get(key):
+            folders.add(os.path.abspath(folder))
+    try:
+        import triton
+
+        folders.add(os.path.dirname(os.path.abspath(triton.__file__)))
+    except ImportError:
+        pass
+    return tuple(os.path.join(folder, "") for folder in folders)
+
+
+def _user_frame(library_folders: tuple[str, ...]) -> tuple[str | None, str, str]:
+    """("model.py:12", "return x.item()", via) for the innermost frame of the user's code on the stack.
+
+    ``via`` names the innermost library function between the op and that frame ("torch.optim.adamw._get_value"),
+    or is "" when the user's line called the op itself.
+    """
+    frame = sys._getframe(2)
+    via = ""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith("<") and not os.path.abspath(filename).startswith(library_folders):
+            line = linecache.getline(filename, frame.f_lineno).strip()
+            return f"{Path(filename).name}:{frame.f_lineno}", line, via
+        if not via and not filename.startswith("<") and not filename.startswith(_OWN_FOLDER):
+            module = frame.f_globals.get("__name__", "")
+            if module and not module.startswith(_THIN_WRAPPERS):
+                via = f"{module}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return None, "", via
+
+
+# Library frames that only pass a call through (dispatch machinery, Tensor methods, functional wrappers,
+# modules' forward, decorators): an op inside them is the user's line's own op, not a library's hidden one.
+_THIN_WRAPPERS = (
+    "torch._",  # private machinery: torch._dynamo, torch._compile, torch._ops, torch._tensor, ...
+    "torch.utils._",
+    "torch.overrides",
+    "torch.functional",
+    "torch.nn.functional",
+    "torch.nn.modules",
+    "torch.autograd.grad_mode",
+    "contextlib",
+    "functools",
+)
+_OWN_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The analysis
+
+
+def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
+    """Run the workload's step ``runs`` times and report what blocks capture.
+
+    The first run stands for the warm-up (lazy initialization); the findings come from the last run and the
+    changing-shape check compares the last two, so ``runs`` must be at least 2 to see changing shapes.
+
+    Raises :class:`gpuadvisor.errors.UserCodeError` when the user's step raises.
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gpuadvisor.workload import _make_step_fn
+
+    device = model_device(workload.model, workload.inputs)
+    on_cuda = device is not None and device.startswith("cuda")
+    model = private_copy(workload.model)
+    analysis = StepAnalysis(model_device=device, ran_on_copy=model is not None)
+    if model is None:
+        model = workload.model
+    state = state_tensors(model)
+    # Keyed by storage, so that a write through a view (cache[:, :, pos] = k) counts as a write to the buffer.
+    state_by_pointer = {_storage_pointer(tensor): name for name, tensor in state if _storage_pointer(tensor)}
+    library_folders = _library_folders()
+    written: dict[str, None] = {}
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[_OpRecord] = []
+            self.findings: list[SafetyFinding] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            result = func(*args, **kwargs)
+            where, source, via = _user_frame(library_folders)
+            if via:  # the op ran inside a library called from the user's line: say so, the line alone misleads
+                source = ""
+                where = f"{where} (inside {via})" if where else f"inside {via}"
+            op = f"aten.{func._schema.name.split('::')[-1]}"
+            tensors = [value for value in _iter_tensors((args, kwargs))]
+            self.records.append(_OpRecord(op, tuple(tuple(t.shape) for t in tensors), where, source))
+            for argument, value in zip(func._schema.arguments, args):
+                if argument.alias_info is not None and argument.alias_info.is_write:
+                    pointer = _storage_pointer(value) if isinstance(value, torch.Tensor) else 0
+                    if pointer in state_by_pointer:
+                        written[state_by_pointer[pointer]] = None
+            finding = _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source)
+            if finding is not None:
+                self.findings.append(finding)
+            return result
+
+    step_fn = _make_step_fn(workload.step, model, workload.inputs, workload.path)
+    recorders = []
+    try:
+        for _ in range(runs):
+            recorder = Recorder()
+            with recorder:
+                step_fn()
+            recorders.append(recorder)
+    finally:
+        if model is not workload.model:
+            del model
+            if on_cuda:
+                torch.cuda.empty_cache()
+
+    # The last run decides: what happens only in the first call (lazy initialization such as an optimizer
+    # creating its state, a module building a cache) happens during the graph's warm-up, not in the capture.
+    seen: set[tuple[str, str | None]] = set()
+    for finding in recorders[-1].findings:
+        key = (finding.kind, finding.where if finding.where else finding.op)
+        if key not in seen:
+            seen.add(key)
+            analysis.findings.append(finding)
+    if len(recorders) > 1:
+        change = _first_change(recorders[-2].records, recorders[-1].records)
+        if change is not None:
+            analysis.findings.append(change)
+    analysis.ops_per_run = [len(recorder.records) for recorder in recorders]
+    analysis.writes_state = list(written)
+    return analysis
+
+
+def _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source) -> SafetyFinding | None:
+    """The finding one op makes, or None."""
+    import torch
+
+    name = func._schema.name.split("::")[-1]
+    at = f" at {where}" if where else ""
+    if name == "_local_scalar_dense":
+        label = _sync_label(source)
+        return SafetyFinding("host_sync", op, where, f"{label}{at} ({op})", SUGGEST_WHERE)
+    if name in ("_to_copy", "copy_") and on_cuda:
+        source_tensor = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
+        destination = result if name == "_to_copy" else (args[0] if args else None)
+        if isinstance(source_tensor, torch.Tensor) and isinstance(destination, torch.Tensor):
+            if source_tensor.is_cuda and destination.device.type == "cpu":
+                return SafetyFinding(
+                    "cpu_copy",
+                    op,
+                    where,
+                    f"host sync: copy to the CPU (.cpu()/.tolist()/.numpy()){at} ({op})",
+                    SUGGEST_CPU_COPY,
+                )
+            if source_tensor.device.type == "cpu" and destination.is_cuda and source_tensor.dim() > 0:
+                return SafetyFinding(
+                    "host_to_device_copy",
+                    op,
+                    where,
+                    f"copy of a CPU tensor to the GPU inside the step{at} ({op})",
+                    SUGGEST_INPUT_ON_GPU,
+                )
+    if name in _DATA_DEPENDENT_OPS:
+        what = _DATA_DEPENDENT_OPS[name]
+        return SafetyFinding(
+            "data_dependent_shape", op, where, f"data-dependent output shape: {what}{at} ({op})", SUGGEST_FIXED_SHAPE
+        )
+    if name == "repeat_interleave" and kwargs.get("output_size") is None and not _has_output_size(func, args):
+        return SafetyFinding(
+            "data_dependent_shape",
+            op,
+            where,
+            f"data-dependent output shape: repeat_interleave() without output_size{at} ({op})",
+            SUGGEST_FIXED_SHAPE,
+        )
+    if name in ("index", "index_put_", "index_put", "_index_put_impl_"):
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        if any(isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in indices or ()):
+            what = "boolean-mask assignment x[mask] = v" if name != "index" else "boolean-mask indexing x[mask]"
+            return SafetyFinding(
+                "data_dependent_shape",
+                op,
+                where,
+                f"data-dependent output shape: {what}{at} ({op})",
+                "use torch.where(mask, v, x) or masked arithmetic (fixed shapes, no sync)",
+            )
+    if on_cuda:
+        cpu_arguments = [t for t in tensors if t.device.type == "cpu" and t.dim() > 0]
+        if cpu_arguments:
+            return SafetyFinding("cpu_op", op, where, f"CPU op: {op} on a CPU tensor{at}", SUGGEST_GPU_TENSOR)
+        if not tensors and isinstance(result, torch.Tensor) and result.device.type == "cpu" and result.dim() > 0:
+            return SafetyFinding(
+                "cpu_op", op, where, f"CPU tensor: {op} creates a tensor on the CPU{at}", SUGGEST_GPU_TENSOR
+            )
+    return None
+
+
+def _storage_pointer(tensor: Any) -> int:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # tensors without storage (meta, some subclasses)
+        return 0
+
+
+def _has_output_size(func, args) -> bool:
+    names = [argument.name for argument in func._schema.arguments]
+    if "output_size" in names:
+        position = names.index("output_size")
+        return len(args) > position and args[position] is not None
+    return False
+
+
+def _sync_label(source: str) -> str:
+    """Name a ``_local_scalar_dense`` by the source line that caused it."""
+    if ".item()" in source:
+        return "host sync: .item()"
+    if re.match(r"(if|elif|while|assert)\b", source) or re.search(r"\b(and|or|not)\b", source):
+        return "host sync or data-dependent control flow: a tensor used as a Python bool"
+    if re.search(r"\b(int|float|bool)\(", source):
+        return "host sync: int()/float()/bool() of a tensor"
+    return "host sync or data-dependent control flow"
+
+
+def _first_change(first: list[_OpRecord], second: list[_OpRecord]) -> SafetyFinding | None:
+    """A finding at the first op whose name or argument shapes differ between two calls of the step."""
+    for before, after in zip(first, second):
+        if before.op != after.op:
+            at = f" at {after.where}" if after.where else ""
+            return SafetyFinding(
+                "changing_shape",
+                after.op,
+                after.where,
+                f"the ops change between two calls of the step: {before.op} then {after.op}{at}",
+                SUGGEST_PAD,
+            )
+        if before.shapes != after.shapes:
+            at = f" at {after.where}" if after.where else ""
+            return SafetyFinding(
+                "changing_shape",
+                after.op,
+                after.where,
+                f"shapes change between two calls of the step: {after.op} got {_shapes(before.shapes)}"
+                f" then {_shapes(after.shapes)}{at}",
+                SUGGEST_PAD,
+            )
+    if len(first) != len(second):
+        return SafetyFinding(
+            "changing_shape",
+            "",
+            None,
+            f"the number of ops changes between two calls of the step: {len(first)} then {len(second)}",
+            SUGGEST_PAD,
+        )
+    return None
+
+
+def _shapes(shapes: tuple) -> str:
+    return ", ".join("(" + ", ".join(map(str, shape)) + ")" for shape in shapes) or "no tensors"
