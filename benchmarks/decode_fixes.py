@@ -78,10 +78,10 @@ def main() -> None:
 
     import torch
     import triton
-    from gpuadvisor.fixes.registry import apply_fixes
 
     from gpuadvisor.capture.timing import time_steps
     from gpuadvisor.fixes.numerics import check_numerics
+    from gpuadvisor.fixes.registry import apply_fixes
     from gpuadvisor.workload import load_workload
 
     started = time.perf_counter()
@@ -125,6 +125,24 @@ def main() -> None:
         variants[row] = patched
         save()
 
+    def time_rows(names: list[str], rounds: int) -> dict[str, list[float]]:
+        for name in names:  # warm-up
+            for _ in range(5):
+                variants[name].step_fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for round_index in range(rounds):
+            order = names[round_index % len(names) :] + names[: round_index % len(names)]
+            for name in order:
+                step_fn = variants[name].step_fn
+                samples[name] += time_steps(lambda i, fn=step_fn: fn(), args.steps, cuda=True).samples_us
+        return samples
+
+    # A first timing of the fix rows, saved before torch.compile runs (max-autotune can take minutes).
+    first = time_rows(list(variants), max(2, args.rounds // 2))
+    result["before_compile"] = {name: round(statistics.median(values), 1) for name, values in first.items()}
+    save()
+
     if not args.skip_compile:
         for row, mode in COMPILE_ROWS.items():
             t0 = time.perf_counter()
@@ -140,17 +158,8 @@ def main() -> None:
             variants[row] = compiled_workload
             save()
 
-    for variant in variants.values():  # warm-up
-        for _ in range(5):
-            variant.step_fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
-    for round_index in range(args.rounds):
-        order = names[round_index % len(names) :] + names[: round_index % len(names)]
-        for name in order:
-            step_fn = variants[name].step_fn
-            samples[name] += time_steps(lambda i, fn=step_fn: fn(), args.steps, cuda=True).samples_us
+    samples = time_rows(names, args.rounds)
     for name in names:
         entry = result["rows"].setdefault(name, {})
         entry["median_us"] = round(statistics.median(samples[name]), 1)

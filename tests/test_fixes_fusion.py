@@ -1,25 +1,29 @@
 """The ``fusion`` and ``fp8`` fixes on the CPU: pattern detection, the per-module check, refusals.
 
-The Triton kernels run in Triton's CPU interpreter here (TRITON_INTERPRET=1, set before triton is
-imported), so the swaps are exercised end to end on examples/llama_decode.py's small CPU configuration.
-The GPU timing of the same swaps is benchmarks/decode_fixes.py.
+Without CUDA the Triton kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1, set before triton is
+imported), so the swaps are exercised end to end on examples/llama_decode.py's small configuration; with
+CUDA the same tests run the compiled kernels on the GPU. The GPU timing of the swaps is
+benchmarks/decode_fixes.py.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import functools  # noqa: E402
-import importlib.util  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
+import pytest
 
 torch = pytest.importorskip("torch")
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
+        pytest.skip("triton was imported before TRITON_INTERPRET could be set", allow_module_level=True)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
+DEVICE = "cuda" if CUDA else "cpu"
 
 from gpuadvisor.fixes.fp8 import Fp8Fix, plan_layers  # noqa: E402
 from gpuadvisor.fixes.fusion import FusionFix, find_candidates  # noqa: E402
@@ -57,13 +61,14 @@ def _fp32_model(example):
     # fp32 on the CPU: Triton's interpreter truncates fp32 -> bf16 where the GPU rounds, which doubles a bf16
     # kernel's error here (layer 1's attention: 1.04e-2 against the 1e-2 module bound); fp32 keeps the checks
     # about the patterns, not about the interpreter.
-    return example.build_model(example.CPU_CONFIG, "cpu", torch.float32)
+    return example.build_model(example.CPU_CONFIG, DEVICE, torch.float32)
 
 
 @pytest.fixture(scope="module")
 def decode_workload():
     workload = load_workload(str(EXAMPLE))
-    return workload.with_model(_fp32_model(_example_module()))
+    example = _example_module()
+    return workload.with_model(_fp32_model(example), example.decode_inputs(example.CPU_CONFIG, DEVICE))
 
 
 def test_fusion_swaps_every_pattern_of_the_decode_example(decode_workload):
@@ -113,7 +118,7 @@ def test_fusion_leaves_lookalikes_alone_and_says_why(decode_workload):
     model = _fp32_model(example)
     model.layers[0].attention_norm.__class__ = GemmaStyleRMSNorm
     model.layers[1].feed_forward.__class__ = GeluFeedForward
-    workload = decode_workload.with_model(model, example.decode_inputs(example.CPU_CONFIG, "cpu"))
+    workload = decode_workload.with_model(model, example.decode_inputs(example.CPU_CONFIG, DEVICE))
 
     applied = FusionFix().apply(workload)
     reasons = {item["target"]: item["reason"] for item in applied.skipped}
@@ -131,9 +136,9 @@ def test_fusion_skips_a_mask_that_is_not_causal_by_position(decode_workload):
     example = _example_module()
     model = _fp32_model(example)
     model.causal_mask.fill_(True)  # every slot visible: not what the fused kernel computes
-    workload = decode_workload.with_model(model, example.decode_inputs(example.CPU_CONFIG, "cpu"))
+    workload = decode_workload.with_model(model, example.decode_inputs(example.CPU_CONFIG, DEVICE))
     # The example's position is the last slot, where an all-True row equals the causal row; move it.
-    workload = workload.with_model(model, (workload.inputs[0], torch.tensor([3])))
+    workload = workload.with_model(model, (workload.inputs[0], torch.tensor([3], device=DEVICE)))
     applied = FusionFix().apply(workload)
     reasons = [item["reason"] for item in applied.skipped]
     assert sum("not causal by position" in reason for reason in reasons) == 2
@@ -197,3 +202,23 @@ def test_fp8_refuses_without_cuda_and_plans_layers_by_shape(decode_workload):
     assert "multiples of 16" in reasons["odd"]
     assert "too small to pay" in reasons["small"]
     assert "float32" in reasons["fp32"]
+
+
+def test_fp8_keeps_layers_the_step_calls_with_more_than_16_rows(decode_workload):
+    class TwoPaths(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.decode = torch.nn.Linear(2048, 2048, bias=False).to(torch.bfloat16)
+            self.prefill = torch.nn.Linear(2048, 2048, bias=False).to(torch.bfloat16)
+            self.unused = torch.nn.Linear(2048, 2048, bias=False).to(torch.bfloat16)
+
+        def forward(self, token, prompt):
+            return self.decode(token).sum() + self.prefill(prompt).sum()
+
+    model = TwoPaths()
+    inputs = (torch.randn(1, 2048, dtype=torch.bfloat16), torch.randn(32, 2048, dtype=torch.bfloat16))
+    eligible, skipped = Fp8Fix()._plan(decode_workload.with_model(model, inputs))
+    assert eligible == ["decode"]
+    reasons = {item["target"]: item["reason"] for item in skipped}
+    assert reasons["prefill"].startswith("called with 32 rows")
+    assert reasons["unused"] == "not called by the step"

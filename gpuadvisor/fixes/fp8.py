@@ -2,8 +2,15 @@
 
 At decode shapes (at most 16 rows) the layer is bound by streaming its weight, so an FP8 weight
 upcast in registers by ``gpuadvisor.kernels.decode_linear`` halves the bytes of a bf16 weight: the
-route below the bf16 memory floor. With more rows the activations are quantized per row on the fly
-and the product runs on FP8 tensor cores (``torch._scaled_mm``, row-wise scales).
+route below the bf16 memory floor. Measured on the H200 at one row (benchmarks/results/
+decode_linear_bench.json, CUDA-graph replays): 2048x2048 3.49 against 4.29 us in bf16, 6144x2048 5.69
+against 7.86, 32000x2048 19.3 against 30.6, the fused 2 x 5632x2048 gate/up 8.67 against 12.7.
+
+Layers the step calls with more rows are left alone: FP8 there needs the activations quantized on the fly,
+and with per-row scaling plus ``torch._scaled_mm`` that was slower than bf16 cuBLAS on every decoder shape
+measured below 1024 rows (benchmarks/results/fp8_linear_bench.json: 4096x4096 at 256 rows 40.6 against
+15.9 us; only the 32000x2048 logits layer gained, 1.28x at 1024 rows). Should a converted layer later get
+more rows (a prefill), it still computes correctly, through ``torch._scaled_mm``.
 
 Where it applies (each layer it leaves alone is listed with the reason):
 
@@ -12,7 +19,8 @@ Where it applies (each layer it leaves alone is listed with the reason):
 - ``nn.Linear`` (or a fused layer's :class:`DecodeLinear`) with bf16 or fp16 weights whose two
   dimensions are multiples of 16 (``torch._scaled_mm``'s layout rule);
 - weights of at least ``MIN_WEIGHT_ELEMENTS`` elements: below that a layer's time is its launch, not
-  its bytes, and FP8 only adds quantization error (see the constant for the measurement).
+  its bytes, and FP8 only adds quantization error (see the constant for the measurement);
+- called by the workload's step with at most 16 rows (the step runs once, with hooks, to see).
 
 The numerics guard judges this fix by the signal-to-quantization-noise ratio of the model's output
 against the original: at least 25 dB (DESIGN.md).
@@ -26,10 +34,10 @@ from typing import Any
 from gpuadvisor.fixes.base import Applied, Fix, Refusal
 
 MIN_COMPUTE_CAPABILITY = (8, 9)
-# Weights smaller than this keep their dtype. Measured on the H200 (benchmarks/results/decode_linear_bench.json):
-# at one row, a 2048x2048 weight (8 MB in bf16) streams in a few microseconds either way, so the launch
-# dominates and FP8 buys little; the 2048x5632 and larger decode weights are where the halved bytes show.
-MIN_WEIGHT_ELEMENTS = 1 << 22
+# Weights smaller than this keep their dtype: 2048 x 2048 (8 MB in bf16) is the smallest decode weight measured
+# on the H200, where FP8 still paid 1.23x at one row (3.49 against 4.29 us); below it the launch dominates.
+MIN_WEIGHT_ELEMENTS = 2048 * 2048
+MAX_ROWS = 16  # the decode kernel's limit (gpuadvisor.kernels.decode_linear.MAX_ROWS)
 ALIGNMENT = 16
 
 
@@ -62,17 +70,37 @@ class Fp8Fix(Fix):
                 f"fp8 needs compute capability >= 8.9; {name} is {capability[0]}.{capability[1]}",
                 "FP8 tensor cores start with Ada (8.9) and Hopper (9.0)",
             )
-        eligible, skipped = plan_layers(model)
+        eligible, skipped = self._plan(workload)
         if not eligible:
             first = skipped[0]["reason"] if skipped else "the model has no linear layers"
             return Refusal(f"no linear layer qualifies for fp8 ({first})", "see docs/apply.md for the thresholds")
         return None
 
+    def _plan(self, workload: Any) -> tuple[list[str], list[dict[str, str]]]:
+        """Layers to convert (by shape, dtype and the rows the step gives them) and those left alone."""
+        eligible, skipped = plan_layers(workload.model)
+        rows = rows_per_layer(workload, eligible)
+        kept = []
+        for name in eligible:
+            if name not in rows:
+                skipped.append({"target": name, "reason": "not called by the step"})
+            elif rows[name] > MAX_ROWS:
+                skipped.append(
+                    {
+                        "target": name,
+                        "reason": f"called with {rows[name]} rows: FP8 pays at decode shapes (at most {MAX_ROWS} "
+                        "rows); with more, on-the-fly activation scaling measured slower than bf16",
+                    }
+                )
+            else:
+                kept.append(name)
+        return kept, skipped
+
     def apply(self, workload: Any) -> Applied:
         from gpuadvisor.fixes.modules import DecodeLinear
 
+        eligible, skipped = self._plan(workload)
         model = copy.deepcopy(workload.model)
-        eligible, skipped = plan_layers(model)
         weight_bytes_before = weight_bytes_after = 0
         for name in eligible:
             module = model.get_submodule(name)
@@ -126,3 +154,30 @@ def plan_layers(model) -> tuple[list[str], list[dict[str, str]]]:
         else:
             eligible.append(name)
     return eligible, skipped
+
+
+def rows_per_layer(workload, names: list[str]) -> dict[str, int]:
+    """Run the step once with forward pre-hooks: the most rows each named layer was called with."""
+    import torch
+
+    rows: dict[str, int] = {}
+    handles = []
+
+    def hook_for(name):
+        def hook(module, args):
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1]:
+                rows[name] = max(rows.get(name, 0), x.numel() // x.shape[-1])
+
+        return hook
+
+    model = workload.model
+    for name in names:
+        handles.append(model.get_submodule(name).register_forward_pre_hook(hook_for(name)))
+    try:
+        with torch.no_grad():
+            workload.step_fn()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return rows
