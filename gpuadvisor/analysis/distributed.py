@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuadvisor.analysis.linking import gpu_activities, union_intervals
+from gpuadvisor.analysis.linking import factorize_names, gpu_activities, union_intervals
 from gpuadvisor.analysis.roofline import kernel_family
 from gpuadvisor.analysis.timeline import step_breakdown
 from gpuadvisor.trace.model import Trace
@@ -106,7 +106,7 @@ def communication_mask(acts: pd.DataFrame) -> np.ndarray:
     """True for the rows of :func:`gpu_activities` that are communication (NCCL/RCCL) kernels."""
     if not len(acts):
         return np.zeros(0, dtype=bool)
-    codes, names = pd.factorize(acts["name"])
+    codes, names = factorize_names(acts["name"])
     is_comm = np.fromiter((kernel_family(str(n)) == COMMUNICATION_FAMILY for n in names), bool, len(names))
     return (acts["kind"] == "kernel").to_numpy() & np.where(codes >= 0, is_comm[np.maximum(codes, 0)], False)
 

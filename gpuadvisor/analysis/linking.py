@@ -19,12 +19,29 @@ LAUNCH_CALL_PATTERN = r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch
 SYNC_CALL_PATTERN = r"Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cuMemcpyDtoH|^cuMemcpyHtoD$|^hipMemcpy$"
 
 
+def factorize_names(names) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, uniques) of a column of names, as ``pd.factorize`` gives them (uniques in first-seen order,
+    code -1 for a missing value), but faster on long strings: pandas hashes the UTF-8 bytes of every row,
+    a dict uses each string's cached hash (the reader keeps one string object per distinct name). On the
+    118k kernel names of a 425 MB trace (~100 characters each): 0.016 s against 0.092 s for pd.factorize."""
+    values = names.tolist() if isinstance(names, (pd.Series, pd.Index, np.ndarray)) else list(names)
+    index = dict.fromkeys(values)
+    if not all(type(v) is str for v in index):  # missing values and other types: pandas' rules
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+        return codes, np.asarray(uniques, dtype=object)
+    uniques = np.empty(len(index), dtype=object)
+    uniques[:] = list(index)
+    for i, v in enumerate(uniques.tolist()):
+        index[v] = i
+    return np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values)), uniques
+
+
 def match_names(names: pd.Series, pattern: str) -> np.ndarray:
     """Boolean mask of the names a regex finds a match in; each distinct name is tested once (traces repeat
     the same few hundred names millions of times)."""
     if not len(names):
         return np.zeros(0, dtype=bool)
-    codes, uniques = pd.factorize(names)
+    codes, uniques = factorize_names(names)
     regex = re.compile(pattern)
     hits = np.fromiter((bool(regex.search(str(u))) for u in uniques), dtype=bool, count=len(uniques))
     return np.where(codes >= 0, hits[np.maximum(codes, 0)], False)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from gpuadvisor.analysis.bundle import Analysis
-from gpuadvisor.analysis.linking import match_names
+from gpuadvisor.analysis.linking import factorize_names, match_names
 from gpuadvisor.analysis.sources import DIRECTION_KINDS
 from gpuadvisor.analysis.timeline import call_sources
 from gpuadvisor.device.peaks import peak_flops
@@ -105,7 +105,11 @@ def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
     else:
         saving = (dur * (1 - under["blocks"].to_numpy(float) / sm_count) / 2).sum()
     per_step = saving / a.n_steps
-    top = under.groupby("name")["dur_us"].sum().sort_values(ascending=False).head(3)
+    # Grouped by name codes (long kernel names hash slowly in pandas), then in name order as groupby("name").
+    codes, names = factorize_names(under["name"])
+    by_name = under["dur_us"].groupby(codes).sum()
+    by_name.index = pd.Index(names[by_name.index.to_numpy()], dtype=object)
+    top = by_name.sort_index().sort_values(ascending=False).head(3)
     message = (
         f"{share:.0f}% of GPU time is in kernels whose grid is smaller than one wave "
         f"(median {under['blocks'].median():.0f} blocks on {sm_count} SMs): most SMs idle while they run. "
