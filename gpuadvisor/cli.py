@@ -163,7 +163,12 @@ def profile(
     entry: Annotated[
         str | None, typer.Option("--entry", help="Another build function: 'build_small' or 'pkg.module:function'.")
     ] = None,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first (compilation, autotuning).")] = 5,
+    warmup: Annotated[
+        int,
+        typer.Option(
+            "--warmup", min=0, help="Untimed steps first (compilation, autotuning); on a GPU at least 3 s of steps."
+        ),
+    ] = 5,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Steps timed with CUDA events, no profiler.")] = 30,
     profile_steps: Annotated[int, typer.Option("--profile-steps", min=1, help="Steps recorded by the profiler.")] = 3,
     out: Annotated[
@@ -179,6 +184,15 @@ def profile(
     peaks: PeaksOption = None,
     rules: RulesOption = None,
     nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and energy with NVML.")] = True,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc",
+            min=1,
+            help="Run N ranks under torchrun (one GPU each; gloo on the CPU) and compare them: rank<N>/ folders "
+            "plus a merged report with a per-rank table.",
+        ),
+    ] = None,
     top: TopKernelsOption = 10,
     fail_on: FailOnOption = None,
 ) -> None:
@@ -188,9 +202,17 @@ def profile(
     power and energy); a few profiled steps with shapes, FLOPs and Python stacks. Without CUDA the
     model runs on the CPU and the report says which GPU analyses were skipped.
 
-    Example:
+    Several ranks (docs/distributed.md): --nproc N launches N ranks under torchrun; each runs the same
+    phases in lockstep and writes rank<r>/ (trace, report); the merged report compares the ranks
+    (timed vs trace step, GPU busy, communication, exposed communication, straggler). Running
+    `torchrun --nproc-per-node N -m gpuadvisor profile model.py` does the same, rank 0 merging.
+    A rank that fails: one line naming it, exit 3; Ctrl-C stops every rank (exit 130); nothing is written.
+
+    Examples:
 
       gpuadvisor profile examples/llama_decode.py --out runs/decode
+
+      gpuadvisor profile --nproc 2 examples/ddp_train.py --out runs/ddp
     """
     from gpuadvisor.profile import run_profile
 
@@ -205,7 +227,11 @@ def profile(
         rules_dir=rules,
         nvml=nvml,
         progress=sys.stderr.isatty(),
+        nproc=nproc,
+        show_rank_output=_DEBUG,
     )
+    if report is None:  # a rank other than 0 under torchrun: rank 0 prints the merged report
+        return
     _emit(report, output_format, None, top)
     _check_fail_on(report, fail_on)
 

@@ -3,7 +3,8 @@
 Phases (a rich progress display on stderr when ``progress`` is on):
 
 1. build: :func:`~gpuadvisor.workload.load_workload` imports the file and calls ``build()``;
-2. warm-up: ``warmup`` untimed steps (allocator, cuBLAS handles, compilation, autotuning);
+2. warm-up: ``warmup`` untimed steps (allocator, cuBLAS handles, compilation, autotuning), and on a GPU more
+   until ``MIN_WARMUP_S`` have passed, so clocks and power have settled before timing;
 3. timing: ``timed_steps`` steps without the profiler, CUDA events around each step
    (:mod:`gpuadvisor.capture.timing` says how), while an NVML thread samples clocks, power, the energy
    counter, temperature, throttle reasons and memory (:mod:`gpuadvisor.capture.nvml`); peak memory from
@@ -34,7 +35,9 @@ import os
 import platform
 import re
 import shutil
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -57,6 +60,12 @@ DEFAULT_OUT_ROOT = Path("gpuadvisor-out")
 # own start-up cost lands there), then the active ones.
 PROFILE_WAIT = 1
 PROFILE_WARMUP = 1
+# On a GPU, warm-up runs for at least this long before timing. Measured on two H200s with the DDP example
+# (about 28 ms per step): power rose from 210 to 640 W and the SM clock fell from 1965 to 1665 MHz over the
+# first 0.8 s of steps (power cap), so 5 warm-up steps timed the ramp and the profiled steps, later, ran
+# 15% slower than the timed ones. Short steps are unaffected: the decode example's 5 ms steps draw little.
+MIN_WARMUP_S = 3.0
+MAX_EXTRA_WARMUP_STEPS = 2000
 # CPU operators listed in a CPU-only report, by self time.
 TOP_CPU_OPS = 25
 SKIPPED_ON_CPU = "roofline, GPU busy/idle, transfers, NVML (clocks, power, energy)"
@@ -105,9 +114,16 @@ def run_profile(
     rules_dir: str | os.PathLike[str] | None = None,
     nvml: bool = True,
     progress: bool = False,
-) -> dict[str, Any]:
+    nproc: int | None = None,
+    show_rank_output: bool = False,
+) -> dict[str, Any] | None:
     """Profile the workload in ``model_path`` (see the module docstring) and return the report dict
     (schema of :mod:`gpuadvisor.report.json`, ``command: "profile"``), written to ``out_dir`` as well.
+
+    ``nproc``: run that many ranks under torchrun and merge them (:func:`_launch_ranks`, docs/distributed.md);
+    ``show_rank_output`` lets torchrun's and the ranks' output through to this terminal instead of a log.
+    Run by torchrun itself (WORLD_SIZE > 1 in the environment), this process is one rank: rank 0 returns the
+    merged report, the other ranks None.
 
     Raises :class:`BadInputError` (exit 2) for a bad file, flag or output folder, :class:`UserCodeError`
     (exit 3) when the user's code fails (on import, in ``build()``, in a step, out of GPU memory).
@@ -115,7 +131,6 @@ def run_profile(
     """
     from gpuadvisor.device.peaks import lookup_peaks
     from gpuadvisor.rules.engine import load_rules
-    from gpuadvisor.workload import load_workload
 
     for name, value, least in (
         ("warmup", warmup, 0),
@@ -124,102 +139,226 @@ def run_profile(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BadInputError(f"{name} must be an int >= {least}, got {value!r}")
+    if nproc is not None and (isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1):
+        raise BadInputError(f"--nproc must be an int >= 1, got {nproc!r}")
     model_path = Path(model_path)
     rules = load_rules(rules_dir)  # a bad --rules folder or --peaks file fails before the model runs
     if peaks_file is not None:
         lookup_peaks(None, peaks_file)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(model_path)
-    _check_out_dir(out_dir)
 
+    from gpuadvisor.capture.distributed import rank_environment
+
+    world = rank_environment()
+    if nproc is not None or (world is not None and world.world_size > 1):
+        options = _RankOptions(
+            model_path=model_path,
+            entry=entry,
+            warmup=warmup,
+            timed_steps=timed_steps,
+            profiled_steps=profiled_steps,
+            out_dir=out_dir,
+            peaks_file=None if peaks_file is None else Path(peaks_file),
+            rules_dir=None if rules_dir is None else Path(rules_dir),
+            nvml=nvml,
+        )
+        if nproc is not None:
+            if world is not None and world.world_size > 1:
+                raise BadInputError(
+                    "--nproc inside torchrun: run `gpuadvisor profile --nproc N model.py`, or "
+                    "`torchrun --nproc-per-node N -m gpuadvisor profile model.py`, not both"
+                )
+            return _launch_ranks(options, nproc, rules, progress=progress, show_rank_output=show_rank_output)
+        return _profile_under_torchrun(options, world, rules, progress=progress)
+
+    _check_out_dir(out_dir)
     with _Display(progress) as display:
-        display.phase(f"build {model_path.name}")
-        try:
-            workload = load_workload(str(model_path), entry)
-        except UserCodeError as error:
-            oom = _oom_error(error, "build()")
-            if oom is None:
-                raise
-            raise oom from error.__cause__
-        label = str(model_path) if entry is None or ":" not in entry else entry.rpartition(":")[0]
+        workload, label = _build(model_path, entry, display)
 
         import torch
 
         cuda = torch.cuda.is_available()
         run_step = _step_runner(workload.step_fn)
-
-        display.phase("warm-up", warmup)
-        for i in range(warmup):
-            run_step("warm-up", i, warmup)
-            display.advance()
-        _synchronize(cuda, label, "warm-up")
-
-        from gpuadvisor.capture.nvml import open_sampler, summarize
-        from gpuadvisor.capture.timing import time_steps
-
-        gc.collect()  # the garbage of imports, build and warm-up: no full collection inside the timed steps
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        display.phase("timing", timed_steps)
-        sampler, nvml_reason = None, "sampling off (--no-nvml)" if cuda else "no CUDA GPU"
-        if cuda and nvml:
-            sampler, nvml_reason = open_sampler(torch.cuda.current_device())
-        try:
-            if sampler is not None:
-                sampler.start()
-            times = time_steps(
-                lambda i: run_step("timing", i, timed_steps), timed_steps, cuda=cuda, on_step=display.advance
-            )
-        except RuntimeError as error:
-            # An asynchronous CUDA error of the user's kernels surfaces at the phase's synchronize.
-            if not cuda or "CUDA" not in str(error):
-                raise
-            raise UserCodeError(f"{label}: the GPU reported an error during timing: {_one_line(error)}") from error
-        finally:
-            if sampler is not None:
-                sampler.stop()
-        nvml_summary = summarize(sampler, times.samples_us) if sampler is not None else None
-        memory = (
-            {
-                "memory_allocated_peak_bytes": torch.cuda.max_memory_allocated(),
-                "memory_reserved_peak_bytes": torch.cuda.max_memory_reserved(),
-            }
-            if cuda
-            else {}
-        )
+        measured = _measure(run_step, label, cuda, warmup, timed_steps, nvml, display)
 
         staging, created = _make_staging(out_dir)
         try:
-            trace_path = _record_profile(workload, run_step, staging / TRACE_FILE, profiled_steps, display)
-
-            display.phase("analysis")
-            env = _environment(cuda, sampler.driver if sampler is not None else None, nvml_summary)
-            context = _RunFacts(
-                model_path=model_path,
-                out_dir=out_dir,
-                times=times,
-                tokens_per_step=workload.tokens_per_step,
-                nvml_summary=nvml_summary,
-                nvml_reason=nvml_reason,
-                memory=memory,
-                profiled_steps=profiled_steps,
+            report = _profile_and_report(
+                workload,
+                run_step,
+                staging,
+                measured,
+                model_path,
+                out_dir,
+                profiled_steps,
+                rules,
+                peaks_file,
+                cuda,
+                display,
             )
-            report = _analyze(trace_path, context, env, rules=rules, peaks_file=peaks_file, cuda=cuda)
-            if sampler is not None and sampler.samples:
-                from gpuadvisor.capture.nvml import write_csv
-
-                write_csv(sampler.samples, staging / NVML_FILE)
-            written = sorted(p.name for p in staging.iterdir()) + list(REPORT_FILES)
-            report["notes"].append(f"wrote {out_dir}: {', '.join(sorted(set(written)))}")
-
-            from gpuadvisor.report.write import write_reports
-
-            write_reports(report, staging, ["json", "markdown"])
             _publish(staging, out_dir)
             staging = None
         finally:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
                 _remove_dirs(created)
+    return report
+
+
+# --- phases (one process; a rank runs the same ones) --------------------------------------------
+
+
+@dataclass
+class _Measured:
+    """What the timing phase measured."""
+
+    times: StepTimes
+    sampler: Any  # the NVML sampler, stopped; None without one
+    nvml_summary: dict[str, Any] | None
+    nvml_reason: str
+    memory: dict[str, int]
+
+
+def _build(model_path: Path, entry: str | None, display: _Display):
+    """Load the workload and call its build; returns (workload, the label errors name)."""
+    from gpuadvisor.workload import load_workload
+
+    display.phase(f"build {model_path.name}")
+    try:
+        workload = load_workload(str(model_path), entry)
+    except UserCodeError as error:
+        oom = _oom_error(error, "build()")
+        if oom is None:
+            raise
+        raise oom from error.__cause__
+    label = str(model_path) if entry is None or ":" not in entry else entry.rpartition(":")[0]
+    return workload, label
+
+
+def _measure(
+    run_step: Callable[[str, int, int], Any],
+    label: str,
+    cuda: bool,
+    warmup: int,
+    timed_steps: int,
+    nvml: bool,
+    display: _Display,
+    before_timing: Callable[[], None] | None = None,
+    agree_steps: Callable[[int], int] | None = None,
+) -> _Measured:
+    """Warm-up, then the timed steps (no profiler) with NVML sampling. ``before_timing`` runs between the two
+    (the ranks' barrier).
+
+    On a GPU the warm-up lasts at least ``MIN_WARMUP_S``: after the ``warmup`` steps, more steps run until
+    that long has passed, so clocks and power settle before timing (see the constant). ``agree_steps`` turns
+    one rank's count of extra steps into the count every rank runs (the maximum), since steps of a
+    distributed job are collectives."""
+    import torch
+
+    display.phase("warm-up", warmup)
+    started = time.perf_counter()
+    for i in range(warmup):
+        run_step("warm-up", i, warmup)
+        display.advance()
+    _synchronize(cuda, label, "warm-up")
+    if cuda:
+        elapsed = time.perf_counter() - started
+        per_step = elapsed / warmup if warmup else None
+        extra = 0
+        if per_step and elapsed < MIN_WARMUP_S:
+            extra = min(MAX_EXTRA_WARMUP_STEPS, math.ceil((MIN_WARMUP_S - elapsed) / per_step))
+        if agree_steps is not None:
+            extra = agree_steps(extra)
+        if extra:
+            display.phase("warm-up (clocks settling)", extra)
+            for i in range(extra):
+                run_step("warm-up", warmup + i, warmup + extra)
+                display.advance()
+            _synchronize(cuda, label, "warm-up")
+
+    from gpuadvisor.capture.nvml import open_sampler, summarize
+    from gpuadvisor.capture.timing import time_steps
+
+    if before_timing is not None:
+        before_timing()
+    gc.collect()  # the garbage of imports, build and warm-up: no full collection inside the timed steps
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    display.phase("timing", timed_steps)
+    sampler, nvml_reason = None, "sampling off (--no-nvml)" if cuda else "no CUDA GPU"
+    if cuda and nvml:
+        sampler, nvml_reason = open_sampler(torch.cuda.current_device())
+    try:
+        if sampler is not None:
+            sampler.start()
+        times = time_steps(
+            lambda i: run_step("timing", i, timed_steps), timed_steps, cuda=cuda, on_step=display.advance
+        )
+    except RuntimeError as error:
+        # An asynchronous CUDA error of the user's kernels surfaces at the phase's synchronize.
+        if not cuda or "CUDA" not in str(error):
+            raise
+        raise UserCodeError(f"{label}: the GPU reported an error during timing: {_one_line(error)}") from error
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    nvml_summary = summarize(sampler, times.samples_us) if sampler is not None else None
+    memory = (
+        {
+            "memory_allocated_peak_bytes": torch.cuda.max_memory_allocated(),
+            "memory_reserved_peak_bytes": torch.cuda.max_memory_reserved(),
+        }
+        if cuda
+        else {}
+    )
+    return _Measured(times, sampler, nvml_summary, nvml_reason, memory)
+
+
+def _profile_and_report(
+    workload,
+    run_step: Callable[[str, int, int], Any],
+    folder: Path,
+    measured: _Measured,
+    model_path: Path,
+    out_dir: Path,
+    profiled_steps: int,
+    rules,
+    peaks_file,
+    cuda: bool,
+    display: _Display,
+    annotate: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Profile a few steps into ``folder``, analyze, write nvml.csv and the reports there; returns the report.
+    ``out_dir`` is where ``folder`` will be published (the report names it); ``annotate(report)`` runs before
+    the report is written."""
+    trace_path = _record_profile(workload, run_step, folder / TRACE_FILE, profiled_steps, display)
+
+    display.phase("analysis")
+    sampler = measured.sampler
+    env = _environment(cuda, sampler.driver if sampler is not None else None, measured.nvml_summary)
+    context = _RunFacts(
+        model_path=model_path,
+        out_dir=out_dir,
+        times=measured.times,
+        tokens_per_step=workload.tokens_per_step,
+        nvml_summary=measured.nvml_summary,
+        nvml_reason=measured.nvml_reason,
+        memory=measured.memory,
+        profiled_steps=profiled_steps,
+    )
+    report = _analyze(trace_path, context, env, rules=rules, peaks_file=peaks_file, cuda=cuda)
+    if sampler is not None and sampler.samples:
+        from gpuadvisor.capture.nvml import write_csv
+
+        write_csv(sampler.samples, folder / NVML_FILE)
+    written = sorted(p.name for p in folder.iterdir()) + list(REPORT_FILES)
+    report["notes"].append(f"wrote {out_dir}: {', '.join(sorted(set(written)))}")
+    if annotate is not None:
+        annotate(report)
+
+    from gpuadvisor.report.write import write_reports
+
+    write_reports(report, folder, ["json", "markdown"])
     return report
 
 
@@ -397,12 +536,22 @@ def _remove_dirs(created: list[Path]) -> None:
             return
 
 
-def _publish(staging: Path, out_dir: Path, allowed: frozenset[str] = OUTPUT_FILES, command: str = "profile") -> None:
-    """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` (an earlier run's outputs) goes only now."""
+def _publish(
+    staging: Path,
+    out_dir: Path,
+    allowed: frozenset[str] = OUTPUT_FILES,
+    command: str = "profile",
+    check: Callable[[Path], None] | None = None,
+) -> None:
+    """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` (an earlier run's outputs) goes only now.
+    ``check`` replaces the check of ``out_dir`` (a multi-rank folder has rank subfolders)."""
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes private folders; an output folder is meant to be shared
-    _check_out_dir(out_dir, allowed, command)
+    if check is not None:
+        check(out_dir)
+    else:
+        _check_out_dir(out_dir, allowed, command)
     target = out_dir.absolute()
     old = None
     if target.exists():
@@ -424,10 +573,11 @@ def _publish(staging: Path, out_dir: Path, allowed: frozenset[str] = OUTPUT_FILE
 class _Display(AbstractContextManager):
     """One progress line per phase on stderr (rich), or nothing when disabled."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, on_phase: Callable[[str], None] | None = None):
         self._progress = None
         self._task = None
         self._total: int | None = None
+        self._on_phase = on_phase  # told each phase's description (a rank tells the launching process)
         if enabled:
             from rich.console import Console
             from rich.progress import (
@@ -460,6 +610,8 @@ class _Display(AbstractContextManager):
             self._progress.stop()
 
     def phase(self, description: str, total: int | None = None) -> None:
+        if self._on_phase is not None:
+            self._on_phase(description)
         if self._progress is None:
             return
         self._finish()
@@ -469,6 +621,11 @@ class _Display(AbstractContextManager):
     def advance(self) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)
+
+    def describe(self, description: str) -> None:
+        """A new description for the current phase's line."""
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=description)
 
     def _finish(self) -> None:
         if self._progress is not None and self._task is not None:
@@ -806,3 +963,458 @@ def _round(value: Any, digits: int = 2) -> Any:
     if isinstance(value, (int, float)) and math.isfinite(float(value)):
         return round(float(value), digits)
     return None
+
+
+# --- several ranks (--nproc N, or run by torchrun) ----------------------------------------------
+#
+# Output folder of N ranks: report.json and report.md (merged: rank 0's report plus the `ranks` table of every
+# rank and the distributed rules' findings) and rank0/ … rank{N-1}/, each one rank's own single-rank output
+# (trace.json.gz, report.json, report.md, nvml.csv). docs/distributed.md describes both ways to run.
+
+RANK_DIR_PATTERN = re.compile(r"rank\d+")
+# How close the trace's per-rank step times must come to the CUDA-event medians for the report to call them
+# in agreement. It is the issue's acceptance line, not a measured bound: benchmarks/ddp_profile_check.py
+# measures the difference for examples/ddp_train.py on two H200s.
+STEP_AGREEMENT_PCT = 5.0
+DISTRIBUTED_CATEGORY = "distributed"
+_MERGE_DIR = ".merge"
+
+
+@dataclass(frozen=True)
+class _RankOptions:
+    """What every rank needs to run the profile (the parent hands them to the ranks as arguments)."""
+
+    model_path: Path
+    entry: str | None
+    warmup: int
+    timed_steps: int
+    profiled_steps: int
+    out_dir: Path
+    peaks_file: Path | None
+    rules_dir: Path | None
+    nvml: bool
+
+    def child_args(self) -> list[str]:
+        """The arguments of ``python -m gpuadvisor.distributed_child`` (paths absolute: ranks may run elsewhere)."""
+        args = [
+            str(self.model_path.absolute()),
+            f"--warmup={self.warmup}",
+            f"--steps={self.timed_steps}",
+            f"--profile-steps={self.profiled_steps}",
+            f"--out={self.out_dir.absolute()}",
+        ]
+        if self.entry is not None:
+            args.append(f"--entry={self.entry}")
+        if self.peaks_file is not None:
+            args.append(f"--peaks={self.peaks_file.absolute()}")
+        if self.rules_dir is not None:
+            args.append(f"--rules={self.rules_dir.absolute()}")
+        if not self.nvml:
+            args.append("--no-nvml")
+        return args
+
+
+def _check_ranks_out_dir(out_dir: Path) -> None:
+    """Refuse an ``out_dir`` that is a file, or a folder holding anything but an earlier multi-rank profile's
+    outputs (report.json, report.md and rank<N>/ folders of the single-rank output files)."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise BadInputError(f"--out {out_dir} exists and is not a folder")
+    if not out_dir.is_dir():
+        return
+
+    def ours(path: Path) -> bool:
+        if path.is_symlink():
+            return False
+        if path.is_file():
+            return path.name in REPORT_FILES
+        if path.is_dir() and RANK_DIR_PATTERN.fullmatch(path.name):
+            return all(p.is_file() and not p.is_symlink() and p.name in OUTPUT_FILES for p in path.iterdir())
+        return False
+
+    try:
+        foreign = sorted(p.name for p in out_dir.iterdir() if not ours(p))
+    except OSError as error:
+        raise BadInputError(f"--out {out_dir}: cannot read it: {error.strerror or error}") from error
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+        raise BadInputError(
+            f"--out {out_dir} exists and holds other files ({shown}); it would be replaced, so give a new "
+            "or an earlier multi-rank profile's folder"
+        )
+
+
+def _launch_ranks(
+    options: _RankOptions, nproc: int, rules, *, progress: bool, show_rank_output: bool
+) -> dict[str, Any]:
+    """``profile --nproc N``: run N ranks under torchrun (:mod:`gpuadvisor.capture.distributed`), wait for all
+    of them, merge. A rank that fails: the error names it (exit 3, or 2 for bad input); Ctrl-C: every rank is
+    stopped; either way nothing is left behind."""
+    from gpuadvisor.capture import distributed as launcher
+    from gpuadvisor.report.write import write_reports
+
+    if not options.model_path.exists():
+        raise BadInputError(f"{options.model_path}: no such file")
+    _check_ranks_out_dir(options.out_dir)
+    import torch
+
+    cuda = torch.cuda.is_available()
+    launcher.check_nproc(nproc, cuda, torch.cuda.device_count() if cuda else 0)
+
+    staging, created = _make_staging(options.out_dir)
+    try:
+        control = staging / launcher.CONTROL_DIR
+        control.mkdir()
+        log_path = None if show_rank_output else control / "torchrun.log"
+        child_args = [*options.child_args(), f"--staging={staging}"]
+        with _Display(progress) as display:
+            display.phase(f"{nproc} rank(s): starting")
+
+            def poll() -> None:
+                phase = launcher.current_phase(control)
+                if phase:
+                    display.describe(f"{nproc} rank(s): {phase}")
+
+            code = launcher.run_ranks(nproc, child_args, control, log_path=log_path, on_poll=poll)
+            if code != 0:
+                raise launcher.first_failure(control, code, log_path)
+            display.phase("merging ranks")
+            report = _merge_ranks(staging, nproc, options, rules, how=f"gpuadvisor profile --nproc {nproc}")
+        shutil.rmtree(control)
+        write_reports(report, staging, ["json", "markdown"])
+        _publish(staging, options.out_dir, check=_check_ranks_out_dir)
+        staging = None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            _remove_dirs(created)
+    return report
+
+
+def profile_rank(
+    options: _RankOptions,
+    info,
+    rules,
+    staging_for: Callable[[Any], Path],
+    *,
+    control_dir: Path | None = None,
+    progress: bool = False,
+) -> tuple[dict[str, Any], Any]:
+    """One rank's profile: the single-GPU phases in lockstep with the other ranks, written to
+    ``<staging>/rank{r}/``. ``staging_for(group)`` gives the staging folder (called on every rank after the
+    process group exists). Returns (this rank's report, the coordination group)."""
+    from gpuadvisor.capture import distributed as ranks
+
+    ranks.turn_off_nvlink_multicast()  # before NCCL starts, i.e. before the user's build()
+    cuda = ranks.select_device(info)  # before build(): device="cuda" is this rank's GPU
+
+    def tell(phase: str) -> None:
+        ranks.write_control(control_dir, info.rank, "phase", phase)
+
+    with _Display(progress, on_phase=tell) as display:
+        workload, label = _build(options.model_path, options.entry, display)
+        backend = ranks.ensure_process_group(cuda)
+        group = ranks.coordination_group()
+        staging = Path(staging_for(group))
+        ranks.barrier(group)  # every rank has built its model
+        run_step = _step_runner(workload.step_fn)
+        measured = _measure(
+            run_step,
+            label,
+            cuda,
+            options.warmup,
+            options.timed_steps,
+            options.nvml,
+            display,
+            before_timing=lambda: ranks.barrier(group),  # the ranks start timing together
+            agree_steps=lambda count: ranks.max_over_ranks(count, group),
+        )
+        ranks.barrier(group)  # and profiling
+        folder = staging / f"rank{info.rank}"
+        folder.mkdir()
+        facts = {
+            "rank": info.rank,
+            "world_size": info.world_size,
+            "local_rank": info.local_rank,
+            "backend": backend,
+        }
+
+        def annotate(report: dict[str, Any]) -> None:
+            report["distributed"] = facts
+
+        report = _profile_and_report(
+            workload,
+            run_step,
+            folder,
+            measured,
+            options.model_path,
+            options.out_dir / folder.name,
+            options.profiled_steps,
+            rules,
+            options.peaks_file,
+            cuda,
+            display,
+            annotate=annotate,
+        )
+    return report, group
+
+
+def _profile_under_torchrun(options: _RankOptions, info, rules, *, progress: bool) -> dict[str, Any] | None:
+    """This process is one rank of ``torchrun -m gpuadvisor profile``: rank 0 makes the staging folder and
+    tells the others, every rank profiles itself into it, rank 0 merges after a barrier and publishes.
+    Returns the merged report on rank 0, None on the others. Errors name the rank. Best effort on failure:
+    torchrun stops the other ranks; the failing rank and rank 0 both remove the staging folder."""
+    import signal
+    import threading
+
+    from gpuadvisor.capture import distributed as ranks
+    from gpuadvisor.errors import GpuAdvisorError
+
+    if info.rank == 0:
+        _check_ranks_out_dir(options.out_dir)
+    state: dict[str, Any] = {"staging": None, "created": []}
+
+    def staging_for(group) -> Path:
+        path = None
+        if info.rank == 0:
+            state["staging"], state["created"] = _make_staging(options.out_dir)
+            path = str(state["staging"])
+        path = ranks.broadcast_text(path, group)
+        state["staging"] = Path(path)
+        return state["staging"]
+
+    def interrupted(signum, frame) -> None:
+        raise KeyboardInterrupt  # torchrun stops the ranks with SIGTERM: clean up as after Ctrl-C
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, interrupted)
+    published = False
+    try:
+        try:
+            _, group = profile_rank(options, info, rules, staging_for, progress=progress and info.rank == 0)
+            ranks.barrier(group)  # every rank has written its folder
+            _destroy_process_group()
+            if info.rank != 0:
+                return None
+            report = _merge_ranks(
+                state["staging"],
+                info.world_size,
+                options,
+                rules,
+                how=f"torchrun --nproc-per-node {info.local_world_size} -m gpuadvisor profile",
+            )
+            from gpuadvisor.report.write import write_reports
+
+            write_reports(report, state["staging"], ["json", "markdown"])
+            _publish(state["staging"], options.out_dir, check=_check_ranks_out_dir)
+            published = True
+            return report
+        except GpuAdvisorError as error:
+            raise type(error)(f"rank {info.rank}: {error}") from error.__cause__
+    finally:
+        if not published and state["staging"] is not None and (info.rank == 0 or sys.exc_info()[0] is not None):
+            shutil.rmtree(state["staging"], ignore_errors=True)
+            _remove_dirs(state["created"])
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _merge_ranks(staging: Path, world_size: int, options: _RankOptions, rules, *, how: str) -> dict[str, Any]:
+    """The top-level report of N ranks: rank 0's own report, its source widened to all ranks, plus the `ranks`
+    table (the trace analysis of every rank beside each rank's CUDA-event timing) and the distributed rules'
+    findings over all ranks (GPU traces only: they need NCCL kernels)."""
+    import copy
+
+    from gpuadvisor.capture.distributed import read_rank_reports
+
+    rank_reports = read_rank_reports(staging, world_size)
+    report = copy.deepcopy(rank_reports[0])
+    facts = report.pop("distributed", None) or {}
+    backend = facts.get("backend")
+    on_gpu = bool(report.get("kernels")) or report.get("env", {}).get("device") != "cpu"
+    multi = _multi_rank_analysis(staging, world_size, options, rules, report["env"]) if on_gpu else None
+
+    rows_by_rank = {row["rank"]: row for row in (multi or {}).get("ranks", {}).get("rows", [])}
+    rows = [_rank_row(rank, rank_reports[rank], rows_by_rank.get(rank)) for rank in range(world_size)]
+    differences = [abs(row["trace_vs_timed_pct"]) for row in rows if row["trace_vs_timed_pct"] is not None]
+    worst = max(differences) if differences else None
+    section = {
+        "world_size": world_size,
+        "backend": backend,
+        "launcher": how,
+        "matched_steps": [],
+        "step_basis": "each rank's profiled steps (ProfilerStep windows), median",
+        "rows": rows,
+        "straggler": None,
+        "straggler_excess_wait_us_per_step": None,
+        "straggler_excess_wait_pct": None,
+        "timing_agreement": {
+            "tolerance_pct": STEP_AGREEMENT_PCT,
+            "max_abs_difference_pct": _round(worst),
+            "within_tolerance": None if worst is None else worst <= STEP_AGREEMENT_PCT,
+        },
+    }
+    if multi is not None and "ranks" in multi:
+        for key in (
+            "matched_steps",
+            "step_basis",
+            "straggler",
+            "straggler_excess_wait_us_per_step",
+            "straggler_excess_wait_pct",
+        ):
+            section[key] = multi["ranks"].get(key)
+    report["ranks"] = section
+
+    distributed_ids = {rule.id for rule in rules if rule.category == DISTRIBUTED_CATEGORY}
+    findings = [f for f in report.get("findings", []) if f.get("rule_id") not in distributed_ids]
+    skipped = [s for s in report.get("skipped_rules", []) if s.get("rule_id") not in distributed_ids]
+    if multi is not None and world_size > 1:
+        findings += [_against_timed_step(f, report) for f in multi["findings"] if f.get("rule_id") in distributed_ids]
+        skipped += [s for s in multi.get("skipped_rules", []) if s.get("rule_id") in distributed_ids]
+    else:
+        why = (
+            "one rank: nothing to compare"
+            if world_size == 1
+            else f"CPU ranks ({backend or 'gloo'}): the traces hold no GPU communication (NCCL) kernels, which the "
+            "exposed-communication and straggler analyses measure"
+        )
+        skipped += [{"rule_id": rule_id, "reason": why} for rule_id in sorted(distributed_ids)]
+    from gpuadvisor.rules.engine import SEVERITY_RANK
+
+    findings.sort(
+        key=lambda f: (
+            -(f.get("estimated_saving_us_per_step") or 0.0),
+            SEVERITY_RANK.get(f.get("severity"), 9),
+            f.get("rule_id"),
+        )
+    )
+    report["findings"] = findings
+    report["skipped_rules"] = skipped
+    if findings:
+        report["summary"]["top_finding"] = findings[0]["rule_id"]
+    report["summary"]["world_size"] = world_size
+
+    source = report.setdefault("source", {})
+    source["path"] = str(options.out_dir)
+    source["ranks"] = list(range(world_size))
+    source["events"] = sum(int((r.get("source") or {}).get("events") or 0) for r in rank_reports.values())
+    source["size_bytes"] = sum(int((r.get("source") or {}).get("size_bytes") or 0) for r in rank_reports.values())
+    source["rank_folders"] = [f"rank{rank}" for rank in range(world_size)]
+
+    own_notes = [n for n in report.get("notes", []) if not str(n).startswith("wrote ")]
+    report["notes"] = [
+        f"{world_size} rank(s), process group backend {backend or 'unknown'}, run by `{how}`: the summary, kernels, "
+        "steps and per-rank findings are rank 0's (rank0/report.json; each rank's own report is in rank<N>/); the "
+        "ranks table compares every rank"
+        + (", and the distributed rules (GA7xx) cover all ranks" if world_size > 1 else ""),
+        _agreement_note(rows, worst),
+        *own_notes,
+        f"wrote {options.out_dir}: report.json, report.md, "
+        + ", ".join(f"rank{rank}/" for rank in range(world_size))
+        + " (each: trace.json.gz, report.json, report.md, nvml.csv when NVML sampled)",
+    ]
+    from gpuadvisor.report.json import to_plain
+
+    return to_plain(report)
+
+
+def _multi_rank_analysis(staging: Path, world_size: int, options: _RankOptions, rules, env) -> dict[str, Any]:
+    """The folder analysis of `gpuadvisor analyze` over every rank's trace (rank 0's view plus the ranks table
+    and the distributed rules), from a temporary folder of links to the rank traces."""
+    from gpuadvisor.pipeline import analyze_trace_object
+    from gpuadvisor.trace.kineto import load_trace
+
+    merge_dir = staging / _MERGE_DIR
+    merge_dir.mkdir()
+    try:
+        for rank in range(world_size):
+            source = staging / f"rank{rank}" / TRACE_FILE
+            target = merge_dir / f"rank{rank:05d}.json.gz"  # sorted as the ranks are when a trace names none
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copyfile(source, target)
+        trace = load_trace(merge_dir)
+        first = trace.ranks[0]
+        one = trace.for_rank(first) if len(trace.ranks) > 1 else trace
+        return analyze_trace_object(
+            one, peaks_file=options.peaks_file, rules=rules, command="profile", env=env, all_ranks=trace
+        )
+    finally:
+        shutil.rmtree(merge_dir, ignore_errors=True)
+
+
+def _rank_row(rank: int, rank_report: dict[str, Any], trace_row: dict[str, Any] | None) -> dict[str, Any]:
+    """One row of the merged `ranks` table: the trace figures (the multi-rank analysis's row on GPUs; the rank's
+    own profiled steps otherwise) beside the rank's timed steps."""
+    summary = rank_report.get("summary") or {}
+    if trace_row is not None:
+        row = dict(trace_row)
+    else:
+        row = {
+            "rank": rank,
+            "steps": summary.get("steps"),
+            "step_time_us": summary.get("trace_step_time_us"),
+            "gpu_busy_pct": summary.get("gpu_busy_pct"),
+            "compute_us_per_step": None,
+            "communication_us_per_step": None,
+            "exposed_communication_us_per_step": None,
+            "overlapped_communication_us_per_step": None,
+            "collectives_per_step": None,
+            "communication_us_total": None,
+            "exposed_communication_us_total": None,
+        }
+    timed = summary.get("step_time_us")
+    trace_step = row.get("step_time_us")
+    row.update(
+        timed_step_time_us=timed,
+        timed_step_p10_us=summary.get("step_time_p10_us"),
+        timed_step_p90_us=summary.get("step_time_p90_us"),
+        timed_steps=summary.get("timed_steps"),
+        step_time_source=summary.get("step_time_source"),
+        trace_vs_timed_pct=_round(100.0 * (trace_step - timed) / timed) if trace_step and timed else None,
+        folder=f"rank{rank}",
+    )
+    return row
+
+
+def _against_timed_step(finding: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """A distributed finding's saving clipped to, and expressed as a share of, rank 0's timed step (as
+    :func:`_rescale_savings` does for the other findings)."""
+    timed = (report.get("summary") or {}).get("step_time_us")
+    if not timed:
+        return finding
+    saving = min(max(0.0, float(finding.get("estimated_saving_us_per_step") or 0.0)), float(timed))
+    finding["estimated_saving_us_per_step"] = round(saving, 1)
+    finding["estimated_saving_pct"] = round(100.0 * saving / timed, 1)
+    return finding
+
+
+def _agreement_note(rows: list[dict[str, Any]], worst: float | None) -> str:
+    if worst is None:
+        return "per-rank step times from the trace could not be compared with the timed ones (a figure is missing)"
+    pairs = ", ".join(
+        f"rank {row['rank']} {_us_text(row.get('step_time_us'))} vs {_us_text(row.get('timed_step_time_us'))}"
+        for row in rows[:8]
+    )
+    verdict = (
+        f"agree within {STEP_AGREEMENT_PCT:.0f}%"
+        if worst <= STEP_AGREEMENT_PCT
+        else f"do NOT agree within {STEP_AGREEMENT_PCT:.0f}% (the profiler slows the host; a step bound by the "
+        "host's launches or, on the CPU, by the operators themselves, stretches under it)"
+    )
+    return (
+        f"per-rank step times, profiled trace vs timed without the profiler (median): {pairs}; largest difference "
+        f"{worst:.1f}%: they {verdict}"
+    )
+
+
+def _us_text(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):,.0f} µs"

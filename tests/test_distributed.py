@@ -321,3 +321,56 @@ def test_quiet_ranks_give_no_distributed_finding(tmp_path):
     report = analyze_path(tmp_path)
     assert not DISTRIBUTED_RULES & set(ids(report))
     assert all(row["exposed_communication_us_per_step"] == 0 for row in report["ranks"]["rows"])
+
+
+# --- two H200 ranks of examples/ddp_train.py, recorded by `gpuadvisor profile --nproc 2` -----------------------
+
+DDP_H200 = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp_2xh200"
+
+
+def gpu_step_ends(events: list[dict]) -> dict[int, float]:
+    """By hand: per ProfilerStep, the end of the last GPU activity whose launch (runtime or driver call, by
+    correlation) happened inside the step's host annotation."""
+    steps = [e for e in events if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")]
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    ends = {}
+    for step in steps:
+        number, lo, hi = int(step["name"].split("#")[1]), step["ts"], step["ts"] + step["dur"]
+        mine = [
+            e["ts"] + e["dur"]
+            for e in events
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+            and lo <= launches.get(e["args"].get("correlation"), -1) <= hi
+        ]
+        ends[number] = max(mine)
+    return ends
+
+
+def test_h200_ddp_ranks_step_at_the_gpus_period():
+    """The host ran one to two steps ahead of the GPU: each step's time is the GPU's period (end of one step's
+    work to the end of the next), not a window stretched back to the host's step start."""
+    report = analyze_path(DDP_H200 / "plain")
+    rows = {row["rank"]: row for row in report["ranks"]["rows"]}
+    assert report["ranks"]["matched_steps"] == [2, 3, 4]
+    for rank in (0, 1):
+        ends = gpu_step_ends(raw_events(DDP_H200 / "plain" / f"rank{rank}.json.gz"))
+        periods = [ends[4] - ends[3], ends[3] - ends[2]]
+        assert rows[rank]["step_time_us"] == pytest.approx(statistics.median(periods), rel=0.01)
+        assert 31_000 < rows[rank]["step_time_us"] < 33_000
+
+
+def test_h200_ddp_planted_straggler_is_named():
+    """Rank 1 slept 80 ms per step between forward and backward: rank 0 waits in its all-reduces."""
+    report = analyze_path(DDP_H200 / "straggler")
+    section = report["ranks"]
+    assert section["straggler"] == 1
+    (ga702,) = [f for f in report["findings"] if f["rule_id"] == "GA702"]
+    rows = {row["rank"]: row for row in section["rows"]}
+    assert rows[0]["communication_us_per_step"] > 80_000 > 5_000 > rows[1]["communication_us_per_step"]
+    assert ga702["evidence"]["excess_wait_us_per_step"] == pytest.approx(
+        rows[0]["communication_us_per_step"] - rows[1]["communication_us_per_step"], rel=1e-6
+    )

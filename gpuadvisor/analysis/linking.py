@@ -164,8 +164,42 @@ def gpu_activities(trace: Trace) -> pd.DataFrame:
     acts = acts.sort_values("ts_us", kind="stable").reset_index(drop=True)
     steps = step_windows(trace)
     when = acts["launch_ts_us"].fillna(acts["ts_us"]).to_numpy()
-    acts["step_index"] = assign_steps(when, steps)
+    step_index = assign_steps(when, steps)
+    _place_unlaunched(acts, step_index)
+    acts["step_index"] = step_index
     return acts
+
+
+def _place_unlaunched(acts: pd.DataFrame, step_index: np.ndarray) -> None:
+    """Give activities whose launch is not in the trace the step whose GPU work they run among (in place).
+
+    Placing them by their own start time in the host's step windows is wrong when the host runs ahead of the
+    GPU: work launched before the profiler's active window (its warm-up step keeps no launch events) runs
+    during the first recorded steps and landed in their host windows, stretching them. Measured on the H200
+    with examples/ddp_train.py (GPU-bound, host 1-2 steps ahead): 91 of 580 activities had no launch, and the
+    three profiled steps read 44, 64 and 30 ms where the GPU took 28-30 ms per step. Here each such activity
+    goes to the last step whose first launched activity started before it, or to no step (-1) when it runs
+    before the first one; a rank with no launch events at all keeps the start-time placement.
+    """
+    unknown = acts["launch_ts_us"].isna().to_numpy()
+    if not unknown.any() or unknown.all():
+        return
+    ts = acts["ts_us"].to_numpy(float)
+    ranks = acts["rank"].to_numpy() if "rank" in acts else np.zeros(len(acts), dtype=np.int64)
+    for rank in np.unique(ranks[unknown]):
+        mine = ranks == rank
+        known = mine & ~unknown & (step_index >= 0)
+        if not known.any():
+            continue
+        steps_known = step_index[known]
+        firsts = pd.Series(ts[known]).groupby(steps_known).min()
+        order = np.argsort(firsts.to_numpy(), kind="stable")
+        first_ts = firsts.to_numpy()[order]
+        first_step = firsts.index.to_numpy()[order]
+        last_end = float(acts["end_us"].to_numpy(float)[known].max())
+        targets = np.flatnonzero(mine & unknown & (ts <= last_end))
+        pos = np.searchsorted(first_ts, ts[targets], side="right") - 1
+        step_index[targets] = np.where(pos >= 0, first_step[np.maximum(pos, 0)], -1)
 
 
 def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,11 @@ A report is a plain dict. Version 1 (the one :data:`SCHEMA_VERSION` names) holds
 ``ranks``            optional, multi-rank folders: {matched_steps, step_basis, rows [{rank, step_time_us,
                      gpu_busy_pct, compute_us_per_step, communication_us_per_step,
                      exposed_communication_us_per_step, ...}], straggler, straggler_excess_wait_us_per_step,
-                     straggler_excess_wait_pct} (report/build.py, _ranks_section)
+                     straggler_excess_wait_pct} (report/build.py, _ranks_section); `profile --nproc N` adds
+                     world_size, backend, launcher, timing_agreement {tolerance_pct, max_abs_difference_pct,
+                     within_tolerance} and per row timed_step_time_us, timed_step_p10_us, timed_step_p90_us,
+                     timed_steps, step_time_source, trace_vs_timed_pct, folder (profile.py, _merge_ranks)
+``distributed``      optional, one rank's own report of a multi-rank profile: {rank, world_size, local_rank, backend}
 
 Numbers a run could not measure are ``null``; NaN and infinities are written as ``null`` too.
 """

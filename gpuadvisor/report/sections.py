@@ -604,18 +604,21 @@ def rank_table(report: Any, limit: int = 16) -> Table:
     ranks, the first ones by rank number are listed, plus the straggler."""
     ranks = section(report, "ranks")
     rows = records(ranks, "rows")
-    table = Table(
-        "Ranks",
-        [
-            Column("Rank", wrap=False),
-            Column("Step", True),
-            Column("GPU busy", True),
-            Column("Compute", True),
-            Column("Comm", True),
-            Column("Exposed", True),
-            Column("Exposed %", True),
-        ],
-    )
+    # `gpuadvisor profile --nproc N` adds each rank's timed step (CUDA events, no profiler) to the rows.
+    timed = any(row.get("timed_step_time_us") is not None for row in rows)
+    columns = [Column("Rank", wrap=False)]
+    if timed:
+        columns += [Column("Timed step", True), Column("Trace step", True), Column("Trace vs timed", True)]
+    else:
+        columns += [Column("Step", True)]
+    columns += [
+        Column("GPU busy", True),
+        Column("Compute", True),
+        Column("Comm", True),
+        Column("Exposed", True),
+        Column("Exposed %", True),
+    ]
+    table = Table("Ranks", columns)
     straggler = ranks.get("straggler")
     shown = rows[: max(0, limit)]
     shown += [r for r in rows[max(0, limit) :] if straggler is not None and r.get("rank") == straggler]
@@ -625,17 +628,24 @@ def rank_table(report: Any, limit: int = 16) -> Table:
         label = text(row.get("rank"))
         if straggler is not None and row.get("rank") == straggler:
             label += " (straggler)"
-        table.rows.append(
-            [
-                label,
+        cells = [label]
+        if timed:
+            difference = as_number(row.get("trace_vs_timed_pct"))
+            cells += [
+                format_us(row.get("timed_step_time_us")),
                 format_us(step),
-                format_pct(row.get("gpu_busy_pct")),
-                format_us(row.get("compute_us_per_step")),
-                format_us(row.get("communication_us_per_step")),
-                format_us(exposed),
-                format_pct(100.0 * exposed / step if exposed is not None and step else None),
+                MISSING if difference is None else f"{difference:+.1f}%",
             ]
-        )
+        else:
+            cells.append(format_us(step))
+        cells += [
+            format_pct(row.get("gpu_busy_pct")),
+            format_us(row.get("compute_us_per_step")),
+            format_us(row.get("communication_us_per_step")),
+            format_us(exposed),
+            format_pct(100.0 * exposed / step if exposed is not None and step else None),
+        ]
+        table.rows.append(cells)
     if rows:
         parts = []
         if len(shown) < len(rows):
@@ -644,8 +654,19 @@ def rank_table(report: Any, limit: int = 16) -> Table:
         if isinstance(matched, (list, tuple)) and matched:
             listed = ", ".join(text(s) for s in list(matched)[:6]) + (", …" if len(matched) > 6 else "")
             parts.append(f"medians over steps {listed}")
+        elif timed and ranks.get("step_basis"):
+            parts.append(f"trace step: {text(ranks.get('step_basis'))}")
         else:
             parts.append("each rank's whole trace (no common ProfilerStep numbers)")
+        if timed:
+            agreement = ranks.get("timing_agreement") if isinstance(ranks.get("timing_agreement"), dict) else {}
+            worst = as_number(agreement.get("max_abs_difference_pct"))
+            tolerance = as_number(agreement.get("tolerance_pct"))
+            timed_text = "timed step: median of CUDA events (CPU: wall clock) without the profiler, each rank's own"
+            if worst is not None and tolerance is not None:
+                verdict = "within" if worst <= tolerance else "NOT within"
+                timed_text += f"; trace and timed steps differ by up to {worst:.1f}% ({verdict} {tolerance:.0f}%)"
+            parts.append(timed_text)
         parts.append(
             "compute, comm and exposed per step; comm = NCCL/RCCL kernels, exposed = comm while no other kernel or "
             "copy runs (exposed % of the step)"
