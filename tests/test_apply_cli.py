@@ -356,7 +356,7 @@ def test_kernel_diff_and_predicted_savings():
     assert diff["complete"] and any("CUDA graph" in note for note in diff["notes"])
 
 
-# --- with the real fix core (skipped until it lands) --------------------------------------------
+# --- with the real fix core ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("fix", "expected"), [("graphs,warp", "warp"), (" ", "fix")])
@@ -398,8 +398,6 @@ main()
 def test_real_core_end_to_end(tmp_path):
     """The real registry: graphs refused on the CPU with the reason, a planted fix applied and guarded."""
     registry = _real_core()
-    if not hasattr(registry, "register_fix"):
-        pytest.skip("fix core not present yet (no register_fix)")
     runner = tmp_path / "planted.py"
     runner.write_text(PLANTED_RUNNER)
     out = tmp_path / "out"
@@ -415,3 +413,28 @@ def test_real_core_end_to_end(tmp_path):
     assert report["keep"] and "identity" in report["keep"][-1] and "graphs" not in report["keep"][-1]
     assert report["before"]["samples_us"] and report["after"]["samples_us"]
     assert report["speedup"]["ci_low"] <= report["speedup"]["median"] <= report["speedup"]["ci_high"]
+
+
+ITEM_IN_FORWARD = REPO / "tests" / "fixtures" / "fix_models" / "item_in_forward.py"
+
+
+def test_real_refusals_on_the_cpu_are_reported_and_strict_exits_2(tmp_path, cli):
+    """`.item()` in forward refuses graphs with the source line; fp8 on a machine without CUDA refuses with the
+    reason; both land in the report with exit 0, and --strict with only those fixes exits 2 writing nothing."""
+    out = tmp_path / "out"
+    result = cli("apply", ITEM_IN_FORWARD, "--fix", "graphs,fp8", "--out", out, *FAST)
+    assert result.returncode == 0, result.stderr
+    by_id = {fix["fix_id"]: fix for fix in json.loads((out / "report.json").read_text())["fixes"]}
+    assert by_id["graphs"]["status"] == "refused"
+    assert ".item() at item_in_forward.py:13" in by_id["graphs"]["reason"]
+    assert by_id["graphs"]["suggestion"]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert by_id["fp8"]["status"] == "refused" and "compute capability" in by_id["fp8"]["reason"]
+
+    strict_out = tmp_path / "strict"
+    result = cli("apply", ITEM_IN_FORWARD, "--fix", "graphs", "--strict", "--out", strict_out, *FAST)
+    assert result.returncode == 2, result.stderr
+    assert ".item()" in _one_line_error(result)
+    assert not strict_out.exists()
