@@ -4,7 +4,8 @@
 
 1. `python3 -m gpuadvisor profile --nproc 2 examples/ddp_train.py --out OUT/ddp`
 2. the same with a planted straggler (GPUADVISOR_EXAMPLE_STRAGGLER_RANK=1, GPUADVISOR_EXAMPLE_STRAGGLER_MS=80:
-   rank 1 sleeps 80 ms between forward and backward in every step, longer than a step of GPU work) into OUT/ddp_straggler.
+   rank 1 sleeps 80 ms between forward and backward in every step, longer than a step of GPU work) into
+   OUT/ddp_straggler.
 
 For each run it records, per rank, the median step time of the CUDA-event timing phase (no profiler) beside the
 step time the trace analysis finds in the profiled steps, and their difference in % (the acceptance line: within

@@ -397,7 +397,7 @@ main()
 
 def test_real_core_end_to_end(tmp_path):
     """The real registry: graphs refused on the CPU with the reason, a planted fix applied and guarded."""
-    registry = _real_core()
+    _real_core()
     runner = tmp_path / "planted.py"
     runner.write_text(PLANTED_RUNNER)
     out = tmp_path / "out"

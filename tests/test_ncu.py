@@ -167,7 +167,8 @@ GA502_RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ga
 
 def test_h200_ga502_run_flags_the_naive_transpose_with_its_counters():
     """The export `gpuadvisor ncu benchmarks/ga502_transpose/model.py` wrote on the H200 (8192 x 8192 floats)."""
-    report = build_report(kernel_table(parse_csv(GA502_RUN.read_text())), source=str(GA502_RUN), steps=2, rules_dir=None)
+    table = kernel_table(parse_csv(GA502_RUN.read_text()))
+    report = build_report(table, source=str(GA502_RUN), steps=2, rules_dir=None)
     (finding,) = [f for f in report["findings"] if f["rule_id"] == "GA502"]
     evidence = finding["evidence"]
     assert evidence["kernel"] == "transpose_naive_32x32" and evidence["op"] == "loads"

@@ -21,7 +21,8 @@ def test_builtin_detector_names_match_the_registered_detectors():
 
 def test_catalog_rules_have_docs_thresholds_and_stable_file_names():
     rules = load_rules()
-    assert [r.id for r in rules] == ["GA101", "GA102", "GA201", "GA301", "GA401", "GA402", "GA501", "GA502", "GA701", "GA702"]
+    ids = ["GA101", "GA102", "GA201", "GA301", "GA401", "GA402", "GA501", "GA502", "GA701", "GA702"]
+    assert [r.id for r in rules] == ids
     for rule in rules:
         assert Path(rule.path).name == f"{rule.id}-{rule.name}.toml"
         assert rule.thresholds and all(v > 0 for v in rule.thresholds.values())
