@@ -54,7 +54,8 @@ class DecodeLinear(nn.Module):
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
         self.bias = bias
-        self.weight_scale: torch.Tensor | None = None  # float32 [out_features] when the weight is FP8
+        # float32 [out_features] when the weight is FP8; a buffer, so .to() moves it and the state dict holds it
+        self.register_buffer("weight_scale", None)
         self.fp8_activations = False  # rows > MAX_ROWS: quantize activations per row and use torch._scaled_mm
 
     @classmethod
