@@ -285,14 +285,13 @@ def apply_fixes(
 
     The fixes (run in this order; each checks first and refuses, with the reason, where it cannot help):
 
-      fusion   swap modules for fused Triton kernels (RMSNorm, residual add + RMSNorm, SwiGLU, decode
-               linear and attention); fewer, bigger kernels and less memory traffic.
-
-      fp8      FP8 weights and GEMMs where they pay: Hopper or newer, dims divisible by 16, GEMMs large
-               enough (small ones only get slower).
-
-      graphs   capture the whole step in one CUDA graph and replay it: one launch instead of hundreds.
-               Refused for host syncs (.item()), CPU tensors, dynamic shapes and on a machine without CUDA.
+    \b
+      fusion: swap modules for fused Triton kernels (RMSNorm, residual add + RMSNorm, SwiGLU,
+        decode-shape linear and attention); pays inside a CUDA graph, so use it with graphs.
+      fp8: float8 weights with per-row scales for linears called with at most 16 rows
+        (decode), on compute capability 8.9 or newer; each layer left alone is listed.
+      graphs: capture the whole step in one CUDA graph and replay it; refused, with the source
+        line, for host syncs (.item()), CPU tensors, changing shapes, or no CUDA.
 
     After each fix a numerics guard compares the patched model with the original on fresh inputs
     (against the model's own precision noise: at most 2x the original's error vs an fp32 reference;
