@@ -251,6 +251,7 @@ def run_apply(
             if after_trace is not None and cuda and side_reports["after"] and side_reports["after"].get("kernels"):
                 graph_replay = graph_replay_facts(after_trace, peaks_file)
             report = build_apply_report(
+                with_step=workload.step is not _default_step(),
                 model_path=model_path,
                 out_dir=out_dir,
                 fix_text=text,
@@ -504,7 +505,7 @@ def speedup_interval(
         result["method"] = "no interval: fewer than 2 samples a side"
         return result
     what = (
-        f"95% percentile bootstrap of median(before)/median(after) over the per-step samples "
+        f"{100 * confidence:g}% percentile bootstrap of median(before)/median(after) over the per-step samples "
         f"({len(before)} before, {len(after)} after; each side resampled on its own, "
         f"{resamples} resamples, seed {seed})"
     )
@@ -699,6 +700,12 @@ def _kernel_diff(before: dict[str, Any], after: dict[str, Any], graph_replay: di
     }
 
 
+def _default_step():
+    from gpuadvisor.workload import default_step
+
+    return default_step
+
+
 def build_apply_report(
     *,
     model_path: Path,
@@ -716,6 +723,7 @@ def build_apply_report(
     steps: int,
     rounds: int,
     auto: bool,
+    with_step: bool = False,
 ) -> dict[str, Any]:
     """The apply report (module docstring) from the measurements, both sides' reports and the fix outcomes."""
     from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
@@ -765,7 +773,7 @@ def build_apply_report(
         except ImportError:
             notes.append("the lines that keep the fixes are unavailable: gpuadvisor.optimizer cannot be imported")
         else:
-            keep = list(keep_lines(applied_ids))
+            keep = list(keep_lines(applied_ids, with_step=with_step))
 
     notes.append(
         f"before and after were timed in the same process: {rounds} interleaved rounds of {steps} steps a side "

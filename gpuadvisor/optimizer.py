@@ -113,9 +113,13 @@ def optimize(
     return OptimizedModel(final, outcomes)
 
 
-def keep_lines(fix_ids: Iterable[str]) -> list[str]:
-    """The two lines a user pastes after building the model to keep these fixes (in run order)."""
+def keep_lines(fix_ids: Iterable[str], *, with_step: bool = False) -> list[str]:
+    """The two lines a user pastes after building the model to keep these fixes (in run order).
+
+    ``with_step``: the workload file defines its own ``step(model, inputs)``, which is what was measured, so
+    the line passes it on (otherwise ``optimize`` would patch ``model(*inputs)``)."""
     wanted = set(fix_ids)
     ordered = [fix_id for fix_id in fix_order() if fix_id in wanted]
     listed = ", ".join(f'"{fix_id}"' for fix_id in ordered)
-    return ["import gpuadvisor", f"model = gpuadvisor.optimize(model, example_inputs, fixes=[{listed}])"]
+    step = ", step=step" if with_step else ""
+    return ["import gpuadvisor", f"model = gpuadvisor.optimize(model, example_inputs, fixes=[{listed}]{step})"]

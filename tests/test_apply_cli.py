@@ -79,7 +79,7 @@ def apply_fixes(workload, fix_ids, *, guard=True, progress=None):
 registry = types.ModuleType("gpuadvisor.fixes.registry")
 registry.FIX_ORDER, registry.resolve_fix_ids, registry.apply_fixes = FIX_ORDER, resolve_fix_ids, apply_fixes
 optimize = types.ModuleType("gpuadvisor.optimizer")
-optimize.keep_lines = lambda ids: [
+optimize.keep_lines = lambda ids, with_step=False: [
     "import gpuadvisor", f"model = gpuadvisor.optimize(model, example_inputs, fixes={list(ids)!r})"
 ]
 sys.modules["gpuadvisor.fixes.registry"] = registry

@@ -21,7 +21,6 @@ from gpuadvisor.fixes.graphs import GraphedStep, GraphsFix
 from gpuadvisor.fixes.numerics import check_numerics, fresh_inputs, nan_inf_parity, relative_l2, sqnr_db
 from gpuadvisor.fixes.registry import (
     FIX_ORDER,
-    FixUnavailableError,
     apply_fixes,
     fix_order,
     load_fix,
@@ -315,10 +314,7 @@ def test_unknown_fix_id_is_bad_input():
 
 
 def test_fp8_on_cpu_is_refused_with_the_reason():
-    try:
-        load_fix("fp8")
-    except FixUnavailableError as error:
-        pytest.skip(f"gpuadvisor/fixes/fp8.py is not there yet: {error}")
+    load_fix("fp8")
     if CUDA:
         pytest.skip("this test is about a machine without CUDA")
     workload = mlp_workload()
@@ -603,3 +599,11 @@ def test_graphs_fix_on_a_stateful_decode_step_captures_a_copy():
     assert fix.check(workload) is None
     patched = fix.apply(workload).workload
     torch.testing.assert_close(patched.step_fn().clone(), eager)
+
+
+def test_keep_lines_pass_the_files_own_step_on():
+    assert keep_lines(["graphs", "fusion"]) == [
+        "import gpuadvisor",
+        'model = gpuadvisor.optimize(model, example_inputs, fixes=["fusion", "graphs"])',
+    ]
+    assert keep_lines(["graphs"], with_step=True)[1].endswith('fixes=["graphs"], step=step)')

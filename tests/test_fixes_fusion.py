@@ -213,12 +213,25 @@ def test_fp8_keeps_layers_the_step_calls_with_more_than_16_rows(decode_workload)
             self.unused = torch.nn.Linear(2048, 2048, bias=False).to(torch.bfloat16)
 
         def forward(self, token, prompt):
+            self.calls = getattr(self, "calls", 0) + 1
             return self.decode(token).sum() + self.prefill(prompt).sum()
 
     model = TwoPaths()
     inputs = (torch.randn(1, 2048, dtype=torch.bfloat16), torch.randn(32, 2048, dtype=torch.bfloat16))
-    eligible, skipped = Fp8Fix()._plan(decode_workload.with_model(model, inputs))
+    planned, eligible, skipped = Fp8Fix()._plan(decode_workload.with_model(model, inputs))
     assert eligible == ["decode"]
+    assert planned is not model and planned.calls == 1 and not hasattr(model, "calls")  # ran on a copy only
     reasons = {item["target"]: item["reason"] for item in skipped}
     assert reasons["prefill"].startswith("called with 32 rows")
     assert reasons["unused"] == "not called by the step"
+
+
+def test_fp8_sees_the_rows_of_a_fused_mlps_gate_and_up(decode_workload):
+    """A fused SwiGLU streams its gate and up weights in one kernel without calling those layers: their rows
+    are the MLP's input rows, so fp8 can convert them (after fusion they were "not called by the step")."""
+    from gpuadvisor.fixes.fp8 import rows_per_layer
+
+    fused = FusionFix().apply(decode_workload).workload
+    names = [f"layers.{i}.feed_forward.{attr}" for i in (0, 1) for attr in ("w1", "w3", "w2")]
+    rows = rows_per_layer(fused, names)
+    assert rows == {name: 1 for name in names}

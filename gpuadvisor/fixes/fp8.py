@@ -63,6 +63,11 @@ class Fp8Fix(Fix):
         device = next((p.device for p in model.parameters()), None)
         if device is None or device.type != "cuda":
             return Refusal(f"the model is on {device}, not on the GPU", "build the model on the GPU: .cuda()")
+        if model.training:
+            return Refusal(
+                "the model is in training mode; FP8 weights here are frozen and their kernel has no backward",
+                "call model.eval() (and run the step under torch.no_grad()) before apply",
+            )
         capability = torch.cuda.get_device_capability(device)
         if tuple(capability) < MIN_COMPUTE_CAPABILITY:
             name = torch.cuda.get_device_name(device)
@@ -70,16 +75,22 @@ class Fp8Fix(Fix):
                 f"fp8 needs compute capability >= 8.9; {name} is {capability[0]}.{capability[1]}",
                 "FP8 tensor cores start with Ada (8.9) and Hopper (9.0)",
             )
-        eligible, skipped = self._plan(workload)
+        _, eligible, skipped = self._plan(workload)
         if not eligible:
             first = skipped[0]["reason"] if skipped else "the model has no linear layers"
             return Refusal(f"no linear layer qualifies for fp8 ({first})", "see docs/apply.md for the thresholds")
         return None
 
-    def _plan(self, workload: Any) -> tuple[list[str], list[dict[str, str]]]:
-        """Layers to convert (by shape, dtype and the rows the step gives them) and those left alone."""
-        eligible, skipped = plan_layers(workload.model)
-        rows = rows_per_layer(workload, eligible)
+    def _plan(self, workload: Any) -> tuple[Any, list[str], list[dict[str, str]]]:
+        """A copy of the model, the layers to convert in it (by shape, dtype and the rows the step gives them)
+        and those left alone. The step runs once on the copy, never on the user's model; check() and apply()
+        share the result."""
+        cached = getattr(self, "_planned", None)
+        if cached is not None and cached[0] is workload:
+            return cached[1]
+        model = copy.deepcopy(workload.model)
+        eligible, skipped = plan_layers(model)
+        rows = rows_per_layer(workload.with_model(model), eligible)
         kept = []
         for name in eligible:
             if name not in rows:
@@ -94,13 +105,14 @@ class Fp8Fix(Fix):
                 )
             else:
                 kept.append(name)
-        return kept, skipped
+        self._planned = (workload, (model, kept, skipped))
+        return model, kept, skipped
 
     def apply(self, workload: Any) -> Applied:
         from gpuadvisor.fixes.modules import DecodeLinear
 
-        eligible, skipped = self._plan(workload)
-        model = copy.deepcopy(workload.model)
+        model, eligible, skipped = self._plan(workload)
+        self._planned = None  # the copy becomes the patched model: never hand it out twice
         weight_bytes_before = weight_bytes_after = 0
         for name in eligible:
             module = model.get_submodule(name)
@@ -157,23 +169,37 @@ def plan_layers(model) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def rows_per_layer(workload, names: list[str]) -> dict[str, int]:
-    """Run the step once with forward pre-hooks: the most rows each named layer was called with."""
+    """Run the step once with forward pre-hooks: the most rows each named layer was called with.
+
+    A fused SwiGLU MLP streams its gate and up weights itself (one kernel, no call of those layers), so its
+    own input's rows stand for theirs.
+    """
     import torch
+
+    from gpuadvisor.fixes.modules import FusedSwiGLU
 
     rows: dict[str, int] = {}
     handles = []
 
-    def hook_for(name):
+    def hook_for(targets):
         def hook(module, args):
             x = args[0] if args else None
             if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1]:
-                rows[name] = max(rows.get(name, 0), x.numel() // x.shape[-1])
+                for name in targets:
+                    rows[name] = max(rows.get(name, 0), x.numel() // x.shape[-1])
 
         return hook
 
     model = workload.model
+    wanted = set(names)
     for name in names:
-        handles.append(model.get_submodule(name).register_forward_pre_hook(hook_for(name)))
+        handles.append(model.get_submodule(name).register_forward_pre_hook(hook_for([name])))
+    for name, module in model.named_modules():
+        if isinstance(module, FusedSwiGLU):
+            inner = [f"{name}.{attr}" if name else attr for attr in module._fused_names[:2]]
+            inner = [child for child in inner if child in wanted]
+            if inner:
+                handles.append(module.register_forward_pre_hook(hook_for(inner)))
     try:
         with torch.no_grad():
             workload.step_fn()

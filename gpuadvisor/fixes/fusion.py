@@ -348,7 +348,8 @@ def _swap_attentions(model, attentions, recorded, changes, skipped):
     if done:
         changes.append(
             f"{done} attention module{'s' if done != 1 else ''} -> rotary + KV-cache write in one kernel and "
-            "split-slot decode attention (at most 16 query rows; the original forward otherwise)"
+            "split-slot decode attention (at most 16 query rows; the original forward otherwise); the mask is "
+            "taken to stay causal by position, as it was on the recorded call"
         )
     return model
 

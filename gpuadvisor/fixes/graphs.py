@@ -161,12 +161,19 @@ class GraphsFix(Fix):
         analysis = self.analysis(workload)
         changes = []
         model = workload.model
+        from gpuadvisor.fixes.safety import copy_fits
+
         if analysis.writes_state:
             # The step writes model state in place: capture on a copy, so warm-up and replays leave the
             # user's model as it was.
             model = copy.deepcopy(model)
             names = ", ".join(analysis.writes_state[:3]) + (", ..." if len(analysis.writes_state) > 3 else "")
             changes.append(f"captured on a copy of the model: the step writes {names} in place")
+        elif copy_fits(model, 2):
+            # The analysis sees aten ops only: a Triton or extension kernel that writes a buffer (a fused
+            # KV-cache update) is invisible to it. Where memory allows, capture on a copy anyway.
+            model = copy.deepcopy(model)
+            changes.append("captured on a copy of the model")
 
         static_inputs = _clone_inputs(workload.inputs)
         side_stream = torch.cuda.Stream()

@@ -145,8 +145,13 @@ def fresh_inputs(example_inputs: Any, seed: int) -> Any:
                 return fresh.to(dtype=value.dtype, device=value.device)
             if value.dtype == torch.bool:
                 return torch.randint(0, 2, value.shape, generator=generator).bool().to(value.device)
-            high = int(value.max().item()) + 1 if value.numel() else 1
-            fresh = torch.randint(0, max(high, 1), value.shape, generator=generator, dtype=torch.int64)
+            high = max(int(value.max().item()) + 1 if value.numel() else 1, 1)
+            if 1 < value.numel() <= high and value.unique().numel() == value.numel():
+                # Distinct in the example (cache positions written with index_copy_, say): distinct here too,
+                # where a repeat would make the step's result depend on write order.
+                fresh = torch.randperm(high, generator=generator)[: value.numel()].reshape(value.shape)
+            else:
+                fresh = torch.randint(0, high, value.shape, generator=generator, dtype=torch.int64)
             return fresh.to(dtype=value.dtype, device=value.device)
         if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
             return type(value)(*(make(item) for item in value))

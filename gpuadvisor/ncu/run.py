@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,14 +110,7 @@ def profile_model(
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            raise BadInputError(
-                f"ncu did not finish within {NCU_TIMEOUT_S} s (use --launch-count or --kernel)"
-            ) from None
+        done = _run_in_own_group(command, env)
         text = log_file.read_text(encoding="utf-8", errors="replace") if log_file.exists() else ""
         if not any(line.startswith('"') for line in text.splitlines()):
             text = done.stdout  # an ncu that ignores --log-file for CSV prints it on stdout
@@ -254,3 +248,34 @@ def render_terminal(report: dict[str, Any], console, top: int = 10) -> None:
         console.print("No kernel's shared wavefronts exceed the ideal by GA502's threshold.")
     for finding in report["findings"]:
         console.print(f"[bold]{finding['rule_id']}[/bold] {finding['message']}")
+
+
+def _run_in_own_group(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run ncu in a process group of its own; on a timeout or Ctrl-C kill the whole group, so the Python
+    process ncu launched (``--target-processes all``) does not go on holding the GPU."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise BadInputError(f"ncu did not finish within {NCU_TIMEOUT_S} s (use --launch-count or --kernel)") from None
+    except BaseException:  # Ctrl-C: nothing of the profiled run stays behind
+        _kill_group(process)
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    process.wait()

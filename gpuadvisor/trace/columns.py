@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import mmap
 import re
+import sys
 from collections import defaultdict
 from itertools import chain, count
 from operator import attrgetter
@@ -454,7 +455,7 @@ def load_columns(data: bytearray | mmap.mmap, path, index: int):
         rank = kineto._as_int(doc.distributedInfo.rank, index)
     pools = Pools()
     mine, theirs = pieces, []
-    if len(pieces) > 1 and len(data) >= PARALLEL_MIN_BYTES and can_fork():
+    if len(pieces) > 1 and len(data) >= PARALLEL_MIN_BYTES and can_fork() and not _gpu_runtime_started():
         begin, total = pieces[0][0], pieces[-1][1] - pieces[0][0]
         starts = [start - begin for start, _ in pieces]
         cut = min(max(1, int(np.searchsorted(starts, total * (1 - WORKER_SHARE)))), len(pieces) - 1)
@@ -510,3 +511,18 @@ def _translate(cols: dict[str, dict[str, np.ndarray]], their_values: dict[str, l
             if column in table:
                 table[column] = remaps[pool][table[column]]
     return cols
+
+
+def _gpu_runtime_started() -> bool:
+    """Whether this process runs CUDA or torch.distributed (profile, apply, a rank): their threads may hold
+    locks at a fork, which the child would inherit held, so such a process decodes alone."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        if torch.cuda.is_initialized():
+            return True
+        distributed = getattr(torch, "distributed", None)
+        return bool(distributed is not None and distributed.is_available() and distributed.is_initialized())
+    except Exception:  # an odd torch build: be safe
+        return True
