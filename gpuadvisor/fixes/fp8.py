@@ -60,8 +60,10 @@ class Fp8Fix(Fix):
                 "fp8 needs a CUDA GPU of compute capability >= 8.9 (no CUDA device here)",
                 "run apply on an Ada, Hopper or newer GPU",
             )
-        device = next((p.device for p in model.parameters()), None)
-        if device is None or device.type != "cuda":
+        from gpuadvisor.fixes.safety import model_device
+
+        device = model_device(model)
+        if device is None or not device.startswith("cuda"):
             return Refusal(f"the model is on {device}, not on the GPU", "build the model on the GPU: .cuda()")
         if model.training:
             return Refusal(

@@ -31,6 +31,8 @@ import os
 from typing import Any
 
 from gpuadvisor.fixes.base import Applied, Fix, Refusal
+from gpuadvisor.fixes.graphs import clone_tensors
+from gpuadvisor.fixes.numerics import relative_l2
 
 # Relative L2 a replacement may differ from the module it replaces on the module's recorded inputs
 # (DESIGN.md: single kernels keep the fixed per-dtype bounds).
@@ -59,9 +61,11 @@ class FusionFix(Fix):
                 f"the model is a {type(model).__name__}, not a torch.nn.Module: fusion swaps modules",
                 "return the nn.Module itself from build()",
             )
-        device = _model_device(model)
+        from gpuadvisor.fixes.safety import model_device
+
+        device = model_device(model)
         interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-        if not interpreted and (not torch.cuda.is_available() or device is None or device.type != "cuda"):
+        if not interpreted and (not torch.cuda.is_available() or device is None or not device.startswith("cuda")):
             where = "no CUDA device" if not torch.cuda.is_available() else f"the model is on {device}"
             return Refusal(f"the Triton kernels need a CUDA GPU ({where})", "build the model on the GPU: .cuda()")
         try:
@@ -190,12 +194,6 @@ def _is_replacement(module) -> bool:
     return type(module).__module__ == "gpuadvisor.fixes.modules"
 
 
-def _model_device(model):
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        return tensor.device
-    return None
-
-
 # --- recording real inputs ----------------------------------------------------------------------
 
 
@@ -208,7 +206,7 @@ def _record_calls(model, plan, workload) -> dict[str, tuple]:
     def hook_for(name):
         def hook(module, args, kwargs, output):
             if name not in recorded:
-                recorded[name] = (_clone(args), _clone(kwargs), _clone(output))
+                recorded[name] = (clone_tensors(args), clone_tensors(kwargs), clone_tensors(output))
 
         return hook
 
@@ -222,20 +220,6 @@ def _record_calls(model, plan, workload) -> dict[str, tuple]:
     return recorded
 
 
-def _clone(value):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, tuple):
-        return tuple(_clone(item) for item in value)
-    if isinstance(value, list):
-        return [_clone(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _clone(item) for key, item in value.items()}
-    return value
-
-
 def _matches(name: str, replacement, recorded, skipped, what: str) -> bool:
     """Run ``replacement`` on the module's recorded inputs; True when it reproduces the recorded output."""
     import torch
@@ -245,7 +229,7 @@ def _matches(name: str, replacement, recorded, skipped, what: str) -> bool:
         return False
     args, kwargs, expected = recorded[name]
     try:
-        got = replacement(*_clone(args), **_clone(kwargs))
+        got = replacement(*clone_tensors(args), **clone_tensors(kwargs))
     except Exception as error:  # a kernel that rejects this input: leave the module alone
         skipped.append({"target": name, "reason": f"{what}: replacement raised {type(error).__name__}: {error}"})
         return False
@@ -256,7 +240,7 @@ def _matches(name: str, replacement, recorded, skipped, what: str) -> bool:
         return False
     dtype = str(expected.dtype).replace("torch.", "")
     bound = MODULE_BOUNDS.get(dtype, 1e-2)
-    error = _relative_l2(got, expected)
+    error = relative_l2(got, expected)
     if not error <= bound:
         skipped.append(
             {
@@ -266,11 +250,6 @@ def _matches(name: str, replacement, recorded, skipped, what: str) -> bool:
         )
         return False
     return True
-
-
-def _relative_l2(got, expected) -> float:
-    expected64 = expected.double()
-    return float((got.double() - expected64).norm() / expected64.norm().clamp(min=1e-30))
 
 
 def _replace(model, name: str, new):

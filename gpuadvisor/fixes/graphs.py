@@ -94,17 +94,18 @@ def _dtype(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def _clone_inputs(value: Any) -> Any:
+def clone_tensors(value: Any) -> Any:
+    """``value`` with every tensor in it (in tuples, namedtuples, lists, dicts) detached and cloned."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_clone_inputs(item) for item in value))
+        return type(value)(*(clone_tensors(item) for item in value))
     if isinstance(value, (tuple, list)):
-        return type(value)(_clone_inputs(item) for item in value)
+        return type(value)(clone_tensors(item) for item in value)
     if isinstance(value, dict):
-        return {key: _clone_inputs(item) for key, item in value.items()}
+        return {key: clone_tensors(item) for key, item in value.items()}
     return value
 
 
@@ -175,7 +176,7 @@ class GraphsFix(Fix):
             model = copy.deepcopy(model)
             changes.append("captured on a copy of the model")
 
-        static_inputs = _clone_inputs(workload.inputs)
+        static_inputs = clone_tensors(workload.inputs)
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side_stream):
