@@ -12,9 +12,6 @@ The cases marked ``real`` run the real fix core.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -106,26 +103,12 @@ def step(model, inputs):
 """
 
 
-def _run(argv: list, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env.update(NO_COLOR="1", COLUMNS="160")
-    return subprocess.run(
-        [sys.executable, *map(str, argv)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 @pytest.fixture(scope="module")
-def fake_apply(tmp_path_factory):
+def fake_apply(tmp_path_factory, python):
     """``fake_apply(*args)``: ``gpuadvisor apply ARGS`` with the stand-in fix core."""
     runner = tmp_path_factory.mktemp("fake_core") / "run_with_fake_core.py"
     runner.write_text(FAKE_CORE)
-    return lambda *args: _run([runner, "apply", *args])
+    return lambda *args: python(runner, "apply", *args)
 
 
 def _real_core():
@@ -395,13 +378,13 @@ main()
 """
 
 
-def test_real_core_end_to_end(tmp_path):
+def test_real_core_end_to_end(tmp_path, python):
     """The real registry: graphs refused on the CPU with the reason, a planted fix applied and guarded."""
     _real_core()
     runner = tmp_path / "planted.py"
     runner.write_text(PLANTED_RUNNER)
     out = tmp_path / "out"
-    result = _run([runner, "apply", TINY_MLP, "--fix", "graphs,identity", "--out", out, *FAST])
+    result = python(runner, "apply", TINY_MLP, "--fix", "graphs,identity", "--out", out, *FAST)
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
     by_id = {fix["fix_id"]: fix for fix in report["fixes"]}
