@@ -13,22 +13,13 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from kernel_mode import kernel_mode  # noqa: E402
 
-torch = pytest.importorskip("torch")
-
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set", allow_module_level=True)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-pytest.importorskip("triton")
+torch, CUDA, INTERPRET = kernel_mode()
 
 from gpuadvisor.kernels import decode_attention as decode_attention_module  # noqa: E402
 from gpuadvisor.kernels.decode_attention import (  # noqa: E402

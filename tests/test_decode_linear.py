@@ -11,21 +11,10 @@ under TRITON_INTERPRET=1 with triton 3.9 (exact on every value tried), so the FP
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
+from kernel_mode import kernel_mode  # noqa: E402
 
-torch = pytest.importorskip("torch")
-
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set", allow_module_level=True)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-pytest.importorskip("triton")
+torch, CUDA, INTERPRET = kernel_mode()
 
 from gpuadvisor.kernels.decode_linear import (  # noqa: E402
     FP8_E4M3_MAX,

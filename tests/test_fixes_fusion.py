@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from kernel_mode import kernel_mode  # noqa: E402
 
-torch = pytest.importorskip("torch")
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set", allow_module_level=True)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-pytest.importorskip("triton")
+torch, CUDA, _ = kernel_mode()
 DEVICE = "cuda" if CUDA else "cpu"
 
 from gpuadvisor.fixes.fp8 import Fp8Fix, plan_layers  # noqa: E402

@@ -8,21 +8,10 @@ compiled on CUDA and skip elsewhere.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
+from kernel_mode import kernel_mode  # noqa: E402
 
-torch = pytest.importorskip("torch")
-
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
-        pytest.skip("triton was imported before TRITON_INTERPRET could be set", allow_module_level=True)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-pytest.importorskip("triton")
+torch, CUDA, INTERPRET = kernel_mode()
 
 from gpuadvisor.kernels.add_rmsnorm import _launch as _add_rmsnorm_launch  # noqa: E402
 from gpuadvisor.kernels.add_rmsnorm import add_rmsnorm, add_rmsnorm_reference  # noqa: E402
