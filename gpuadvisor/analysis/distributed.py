@@ -126,12 +126,6 @@ def rank_step_figures(acts: pd.DataFrame, windows: pd.DataFrame, rank: int) -> p
     start_us, end_us, step_time_us, gpu_busy_us, gpu_busy_pct (%), compute_us, communication_us,
     exposed_communication_us, overlapped_communication_us (as the module docstring defines them),
     collectives (count of communication kernels that start in the window).
-
-    Windows are made to tile the timeline: a window starts no earlier than the previous one ended. A step's
-    own window may reach back before that (:func:`~gpuadvisor.analysis.timeline.step_breakdown` opens it at
-    the earliest activity launched in the step, and on another stream one can start while the previous
-    step's work still runs): measured on two H200s running the DDP example, rank 1's profiled steps read
-    50.2 and 70.7 ms that way where the ranks ran in lockstep at about 32 ms a step.
     """
     comm = communication_mask(acts)
     ts = acts["ts_us"].to_numpy(float) if len(acts) else np.empty(0)
@@ -141,10 +135,7 @@ def rank_step_figures(acts: pd.DataFrame, windows: pd.DataFrame, rank: int) -> p
     busy_s, busy_e = union_intervals(ts, end)
     comm_starts = np.sort(ts[comm])
     rows = []
-    previous_end = -np.inf
-    for step, w0, w1 in sorted(zip(windows["step"], windows["start_us"], windows["end_us"]), key=lambda w: w[2]):
-        w0 = min(max(w0, previous_end), w1)
-        previous_end = max(previous_end, w1)
+    for step, w0, w1 in zip(windows["step"], windows["start_us"], windows["end_us"]):
         step_time = float(w1 - w0)
         busy = covered_us(busy_s, busy_e, w0, w1)
         compute = covered_us(compute_s, compute_e, w0, w1)
