@@ -86,6 +86,7 @@ from gpuadvisor.profile import (
     _synchronize,
     _timed_summary,
 )
+from gpuadvisor.workload import default_step, load_workload
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.nvml import NvmlSampler
@@ -251,7 +252,7 @@ def run_apply(
             if after_trace is not None and cuda and side_reports["after"] and side_reports["after"].get("kernels"):
                 graph_replay = graph_replay_facts(after_trace, peaks_file)
             report = build_apply_report(
-                with_step=workload.step is not _default_step(),
+                with_step=workload.step is not default_step,
                 model_path=model_path,
                 out_dir=out_dir,
                 fix_text=text,
@@ -295,8 +296,6 @@ def _fix_core():
 
 
 def _load(model_path: Path, entry: str | None, display: _Display):
-    from gpuadvisor.workload import load_workload
-
     display.phase(f"build {model_path.name}")
     try:
         return load_workload(str(model_path), entry)
@@ -698,12 +697,6 @@ def _kernel_diff(before: dict[str, Any], after: dict[str, Any], graph_replay: di
         "graph_replay": graph_replay,
         "notes": notes,
     }
-
-
-def _default_step():
-    from gpuadvisor.workload import default_step
-
-    return default_step
 
 
 def build_apply_report(
