@@ -169,7 +169,21 @@ def profile(
             "--warmup", min=0, help="Untimed steps first (compilation, autotuning); on a GPU at least 3 s of steps."
         ),
     ] = 5,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps timed with CUDA events, no profiler.")] = 30,
+    steps: Annotated[
+        int,
+        typer.Option("--steps", min=1, help="Steps timed with CUDA events, no profiler (at least; see --min-time)."),
+    ] = 30,
+    min_time: Annotated[
+        float,
+        typer.Option(
+            "--min-time",
+            min=0,
+            max=600,
+            metavar="SECONDS",
+            help="On a GPU, time more than --steps steps when they take less than this many seconds, so a "
+            "short stretch of host or clock noise cannot decide the median (0: exactly --steps).",
+        ),
+    ] = 5.0,
     profile_steps: Annotated[int, typer.Option("--profile-steps", min=1, help="Steps recorded by the profiler.")] = 3,
     out: Annotated[
         Path | None,
@@ -222,6 +236,7 @@ def profile(
         warmup=warmup,
         timed_steps=steps,
         profiled_steps=profile_steps,
+        min_time_s=min_time,
         out_dir=out,
         peaks_file=peaks,
         rules_dir=rules,

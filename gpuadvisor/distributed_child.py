@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument("--min-time", type=float, default=None)
     parser.add_argument("--peaks")
     parser.add_argument("--rules")
     parser.add_argument("--no-nvml", action="store_true")
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             peaks_file=Path(args.peaks) if args.peaks else None,
             rules_dir=Path(args.rules) if args.rules else None,
             nvml=not args.no_nvml,
+            **({} if args.min_time is None else {"min_time_s": args.min_time}),
         )
         profile_rank(options, info, load_rules(options.rules_dir), lambda group: staging, control_dir=control)
     except GpuAdvisorError as error:

@@ -66,6 +66,13 @@ PROFILE_WARMUP = 1
 # 15% slower than the timed ones. Short steps are unaffected: the decode example's 5 ms steps draw little.
 MIN_WARMUP_S = 3.0
 MAX_EXTRA_WARMUP_STEPS = 2000
+# On a GPU, timing lasts at least this long (more steps than --steps when they are short). Measured on the
+# H200 machine (benchmarks/results/host_noise*.json): a fixed pure-Python loop, and with it the launch-bound
+# eager decode step, ran at half speed for stretches from under a second to over 15 s, each vCPU on its own
+# schedule, with no steal time shown in the guest; 30 steps of 6 ms (0.2 s) could land wholly inside one.
+# Longer timing lets the median see past the short stretches (not the long ones; README, "Timing a launch-bound step").
+MIN_TIMING_S = 5.0
+MAX_TIMED_STEPS = 10_000
 # CPU operators listed in a CPU-only report, by self time.
 TOP_CPU_OPS = 25
 SKIPPED_ON_CPU = "roofline, GPU busy/idle, transfers, NVML (clocks, power, energy)"
@@ -109,6 +116,7 @@ def run_profile(
     warmup: int = 5,
     timed_steps: int = 30,
     profiled_steps: int = 3,
+    min_time_s: float = MIN_TIMING_S,
     out_dir: str | os.PathLike[str] | None = None,
     peaks_file: str | os.PathLike[str] | None = None,
     rules_dir: str | os.PathLike[str] | None = None,
@@ -139,6 +147,8 @@ def run_profile(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BadInputError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(min_time_s, bool) or not isinstance(min_time_s, (int, float)) or not 0 <= min_time_s <= 600:
+        raise BadInputError(f"--min-time must be a number of seconds from 0 to 600, got {min_time_s!r}")
     if nproc is not None and (isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1):
         raise BadInputError(f"--nproc must be an int >= 1, got {nproc!r}")
     model_path = Path(model_path)
@@ -157,6 +167,7 @@ def run_profile(
             warmup=warmup,
             timed_steps=timed_steps,
             profiled_steps=profiled_steps,
+            min_time_s=float(min_time_s),
             out_dir=out_dir,
             peaks_file=None if peaks_file is None else Path(peaks_file),
             rules_dir=None if rules_dir is None else Path(rules_dir),
@@ -179,7 +190,7 @@ def run_profile(
 
         cuda = torch.cuda.is_available()
         run_step = _step_runner(workload.step_fn)
-        measured = _measure(run_step, label, cuda, warmup, timed_steps, nvml, display)
+        measured = _measure(run_step, label, cuda, warmup, timed_steps, nvml, display, min_time_s=min_time_s)
 
         staging, created = _make_staging(out_dir)
         try:
@@ -245,14 +256,16 @@ def _measure(
     display: _Display,
     before_timing: Callable[[], None] | None = None,
     agree_steps: Callable[[int], int] | None = None,
+    min_time_s: float = MIN_TIMING_S,
 ) -> _Measured:
     """Warm-up, then the timed steps (no profiler) with NVML sampling. ``before_timing`` runs between the two
     (the ranks' barrier).
 
     On a GPU the warm-up lasts at least ``MIN_WARMUP_S``: after the ``warmup`` steps, more steps run until
-    that long has passed, so clocks and power settle before timing (see the constant). ``agree_steps`` turns
-    one rank's count of extra steps into the count every rank runs (the maximum), since steps of a
-    distributed job are collectives."""
+    that long has passed, so clocks and power settle before timing (see the constant). Timing then runs
+    ``timed_steps`` steps, or as many as the warm-up's pace says fill ``min_time_s`` when that is more (up to
+    ``MAX_TIMED_STEPS``). ``agree_steps`` turns one rank's count of steps into the count every rank runs (the
+    maximum), since steps of a distributed job are collectives."""
     import torch
 
     display.phase("warm-up", warmup)
@@ -271,10 +284,15 @@ def _measure(
             extra = agree_steps(extra)
         if extra:
             display.phase("warm-up (clocks settling)", extra)
+            extra_started = time.perf_counter()
             for i in range(extra):
                 run_step("warm-up", warmup + i, warmup + extra)
                 display.advance()
             _synchronize(cuda, label, "warm-up")
+            per_step = (time.perf_counter() - extra_started) / extra  # the settled pace
+        timed_steps = _timed_step_count(timed_steps, per_step, min_time_s)
+        if agree_steps is not None:
+            timed_steps = agree_steps(timed_steps)
 
     from gpuadvisor.capture.nvml import open_sampler, summarize
     from gpuadvisor.capture.timing import time_steps
@@ -312,6 +330,14 @@ def _measure(
         else {}
     )
     return _Measured(times, sampler, nvml_summary, nvml_reason, memory)
+
+
+def _timed_step_count(timed_steps: int, per_step_s: float | None, min_time_s: float) -> int:
+    """``timed_steps``, or more when steps of ``per_step_s`` seconds would not fill ``min_time_s`` (at most
+    ``MAX_TIMED_STEPS``, never fewer than asked)."""
+    if not per_step_s or per_step_s <= 0 or per_step_s * timed_steps >= min_time_s:
+        return timed_steps
+    return max(timed_steps, min(MAX_TIMED_STEPS, math.ceil(min_time_s / per_step_s)))
 
 
 def _profile_and_report(
@@ -993,6 +1019,7 @@ class _RankOptions:
     peaks_file: Path | None
     rules_dir: Path | None
     nvml: bool
+    min_time_s: float = MIN_TIMING_S
 
     def child_args(self) -> list[str]:
         """The arguments of ``python -m gpuadvisor.distributed_child`` (paths absolute: ranks may run elsewhere)."""
@@ -1001,6 +1028,7 @@ class _RankOptions:
             f"--warmup={self.warmup}",
             f"--steps={self.timed_steps}",
             f"--profile-steps={self.profiled_steps}",
+            f"--min-time={self.min_time_s}",
             f"--out={self.out_dir.absolute()}",
         ]
         if self.entry is not None:
@@ -1127,6 +1155,7 @@ def profile_rank(
             display,
             before_timing=lambda: ranks.barrier(group),  # the ranks start timing together
             agree_steps=lambda count: ranks.max_over_ranks(count, group),
+            min_time_s=options.min_time_s,
         )
         ranks.barrier(group)  # and profiling
         folder = staging / f"rank{info.rank}"

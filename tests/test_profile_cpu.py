@@ -272,3 +272,44 @@ def test_unsteady_step_times_get_a_note():
     note = _spread_note(8391.0, 12500.0)
     assert note and "49% apart" in note and "\n" not in note
     assert _spread_note(None, 10.0) is None
+
+
+def test_short_steps_are_timed_for_the_minimum_time():
+    from gpuadvisor.profile import MAX_TIMED_STEPS, _timed_step_count
+
+    assert _timed_step_count(30, 0.006, 5.0) == 834  # 6 ms steps: 834 fill 5 s
+    assert _timed_step_count(30, 0.5, 5.0) == 30  # 30 half-second steps take 15 s already
+    assert _timed_step_count(2000, 0.006, 5.0) == 2000  # never fewer than asked
+    assert _timed_step_count(30, 0.006, 0.0) == 30  # --min-time 0: exactly --steps
+    assert _timed_step_count(30, None, 5.0) == 30  # no warm-up, no pace to go by
+    assert _timed_step_count(30, 1e-6, 5.0) == MAX_TIMED_STEPS
+
+
+def test_min_time_reaches_the_ranks_and_defaults_agree():
+    import inspect
+
+    from gpuadvisor.cli import profile as profile_command
+    from gpuadvisor.distributed_child import _parser
+    from gpuadvisor.profile import MIN_TIMING_S, _RankOptions
+
+    default = inspect.signature(profile_command).parameters["min_time"].default
+    assert default == MIN_TIMING_S
+    options = _RankOptions(REPO / "m.py", None, 5, 30, 3, REPO / "out", None, None, True, min_time_s=2.5)
+    args = _parser().parse_args([*options.child_args(), "--staging", "s"])
+    assert args.min_time == 2.5
+
+
+@pytest.mark.parametrize("value", ["-1", "601", "soon"])
+def test_bad_min_time_is_a_usage_error(cli, tmp_path, value):
+    result = cli("profile", TINY_MLP, "--min-time", value, "--out", tmp_path / "out")
+    assert result.returncode == 2
+    assert "--min-time" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_profile_checks_min_time(tmp_path):
+    from gpuadvisor.errors import BadInputError
+    from gpuadvisor.profile import run_profile
+
+    with pytest.raises(BadInputError, match="--min-time"):
+        run_profile(TINY_MLP, min_time_s=-2, out_dir=tmp_path / "out")

@@ -29,7 +29,7 @@ from gpuadvisor.errors import BadInputError, UserCodeError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DDP_TRAIN = REPO / "examples" / "ddp_train.py"
-FAST = ("--warmup", "1", "--steps", "4", "--profile-steps", "2")
+FAST = ("--warmup", "1", "--steps", "4", "--min-time", "0", "--profile-steps", "2")
 STRAGGLER_MS = 40
 
 
