@@ -3,8 +3,9 @@
     python3 benchmarks/plain_decode_timing.py      # on a CUDA GPU; writes benchmarks/results/plain_decode_timing.json
 
 No gpuadvisor code: the example's build() is loaded with importlib, warmed up, and its default step
-(``model(*inputs)``) timed with CUDA events, --steps times, the way `gpuadvisor profile` times (steps back to
-back, a start and an end event around each, one synchronize at the end). The same steps are then timed with a
+(``model(*inputs)``) timed with CUDA events the way `gpuadvisor profile` times (steps back to
+back, a start and an end event around each, one synchronize at the end), with profile's defaults: at least 3 s of
+warm-up, then at least 30 steps and at least 5 s of them. --synchronized-steps more are then timed with a
 synchronize after each step, for comparison. `gpuadvisor profile examples/llama_decode.py` should report a
 median within 5% of ``median_us``.
 """
@@ -15,6 +16,7 @@ import argparse
 import datetime as dt
 import importlib.util
 import json
+import math
 import statistics
 import sys
 import time
@@ -82,8 +84,15 @@ def summary(samples: list[float]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=100, help="timed steps (default 100)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps, at least (default 30, as profile)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5, as profile)")
+    parser.add_argument(
+        "--warmup-s", type=float, default=3.0, help="then more untimed steps until this many seconds (default 3)"
+    )
+    parser.add_argument(
+        "--min-time", type=float, default=5.0, help="time more steps when --steps take less (seconds, default 5)"
+    )
+    parser.add_argument("--synchronized-steps", type=int, default=100, help="steps timed with a sync after each")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "plain_decode_timing.json")
     args = parser.parse_args()
 
@@ -101,8 +110,15 @@ def main() -> int:
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
-    queued = back_to_back(step, args.steps)
-    synced = synchronized(step, args.steps)
+    warmed = args.warmup
+    while time.perf_counter() - started < args.warmup_s:
+        step()
+        warmed += 1
+    torch.cuda.synchronize()
+    pace = (time.perf_counter() - started) / max(warmed, 1)
+    steps = max(args.steps, math.ceil(args.min_time / pace))
+    queued = back_to_back(step, steps)
+    synced = synchronized(step, args.synchronized_steps)
     result = {
         "command": " ".join(["python3", *sys.argv]),
         "gpu": torch.cuda.get_device_name(),
@@ -110,8 +126,8 @@ def main() -> int:
         "cuda": torch.version.cuda,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "example": str(EXAMPLE.relative_to(ROOT)),
-        "warmup": args.warmup,
-        "steps": args.steps,
+        "warmup_steps": warmed,
+        "steps": steps,
         "method": "CUDA events around each step, steps back to back, one synchronize at the end (as profile)",
         **summary(queued),
         "synchronized_each_step": summary(synced),

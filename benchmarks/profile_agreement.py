@@ -1,13 +1,14 @@
 """Does `gpuadvisor profile` time a step the way a plain script does? Both, alternately, several rounds.
 
-    python3 benchmarks/profile_agreement.py --rounds 3     # on a CUDA GPU
+    python3 benchmarks/profile_agreement.py --rounds 4     # on a CUDA GPU
 
-Each round runs benchmarks/plain_decode_timing.py (no gpuadvisor code) and then
-`gpuadvisor profile examples/llama_decode.py`, each in a fresh process pinned to the same two CPU cores
-(the eager decode step is bound by the host's launch rate; on one core the NVML sampler thread competes with
-the step),
-and compares their median step times. It also times one default `gpuadvisor profile` run (wall clock,
-warm-up and profiling included). Writes benchmarks/results/profile_agreement.json (or --out).
+Each round runs benchmarks/plain_decode_timing.py (no gpuadvisor code) and
+`gpuadvisor profile examples/llama_decode.py`, alternately first, each in a fresh process pinned to the same
+two CPU cores (the eager decode step is bound by the host's launch rate; on one core the NVML sampler thread
+competes with the step), and compares their median step times, per round and pooled over the rounds. Both
+use their default timing (at least 30 steps and at least 5 s of them) unless --steps fixes the count. It also
+times one default `gpuadvisor profile` run (wall clock, warm-up and profiling included). Writes
+benchmarks/results/profile_agreement.json (or --out).
 """
 
 from __future__ import annotations
@@ -31,68 +32,59 @@ def pinned(cmd: list[str], cores: str | None) -> list[str]:
     return (["taskset", "-c", cores] if cores and shutil.which("taskset") else []) + cmd
 
 
+def plain_run(tmp: Path, i: int, args, env) -> dict:
+    out = tmp / f"plain{i}.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "plain_decode_timing.py"), "--out", str(out)]
+    if args.steps is not None:
+        cmd += ["--steps", str(args.steps), "--min-time", "0"]
+    subprocess.run(pinned(cmd, args.cores or None), check=True, env=env, capture_output=True)
+    result = json.loads(out.read_text())
+    return {"median_us": result["median_us"], "samples_us": result["samples_us"]}
+
+
+def profile_run(tmp: Path, i: int, args, env) -> dict:
+    cmd = [sys.executable, "-m", "gpuadvisor", "profile", str(ROOT / "examples" / "llama_decode.py")]
+    cmd += ["--out", str(tmp / f"profile{i}"), "--format", "json"]
+    if args.steps is not None:
+        cmd += ["--steps", str(args.steps), "--min-time", "0"]
+    proc = subprocess.run(pinned(cmd, args.cores or None), check=True, env=env, capture_output=True, text=True)
+    summary = json.loads(proc.stdout)["summary"]
+    return {"median_us": summary["step_time_us"], "samples_us": summary["samples_us"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--steps", type=int, default=None, help="exactly this many timed steps each (default: both tools' defaults)"
+    )
     parser.add_argument(
         "--cores", default="2,3", help="CPU cores to pin both processes to, taskset syntax ('' for none)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "profile_agreement.json")
     args = parser.parse_args()
-    core = args.cores or None
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     rounds = []
+    all_plain: list[float] = []
+    all_profile: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
         for i in range(args.rounds):
-            plain_json = Path(tmp) / f"plain{i}.json"
-            subprocess.run(
-                pinned(
-                    [
-                        sys.executable,
-                        str(ROOT / "benchmarks" / "plain_decode_timing.py"),
-                        "--steps",
-                        str(args.steps),
-                        "--out",
-                        str(plain_json),
-                    ],
-                    core,
-                ),
-                check=True,
-                env=env,
-                capture_output=True,
-            )
-            plain = json.loads(plain_json.read_text())["median_us"]
-            out_dir = Path(tmp) / f"profile{i}"
-            proc = subprocess.run(
-                pinned(
-                    [
-                        sys.executable,
-                        "-m",
-                        "gpuadvisor",
-                        "profile",
-                        str(ROOT / "examples" / "llama_decode.py"),
-                        "--steps",
-                        str(args.steps),
-                        "--out",
-                        str(out_dir),
-                        "--format",
-                        "json",
-                    ],
-                    core,
-                ),
-                check=True,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            report = json.loads(proc.stdout)
-            profiled = report["summary"]["step_time_us"]
+            # Alternate which runs first, so a drift of the host over the session favours neither.
+            if i % 2 == 0:
+                plain, profiled = plain_run(tmp, i, args, env), profile_run(tmp, i, args, env)
+            else:
+                profiled, plain = profile_run(tmp, i, args, env), plain_run(tmp, i, args, env)
+            all_plain += plain["samples_us"]
+            all_profile += profiled["samples_us"]
             rounds.append(
                 {
-                    "plain_median_us": plain,
-                    "profile_median_us": profiled,
-                    "difference_pct": round(100 * (profiled - plain) / plain, 2),
+                    "first": "plain" if i % 2 == 0 else "profile",
+                    "plain_median_us": plain["median_us"],
+                    "plain_steps": len(plain["samples_us"]),
+                    "profile_median_us": profiled["median_us"],
+                    "profile_steps": len(profiled["samples_us"]),
+                    "difference_pct": round(100 * (profiled["median_us"] - plain["median_us"]) / plain["median_us"], 2),
                 }
             )
             print(rounds[-1], flush=True)
@@ -123,10 +115,25 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "method": f"per round: plain script then gpuadvisor profile, {args.steps} timed steps each, fresh processes"
-        + (f" pinned to CPU cores {core}" if core else ""),
+        "method": "per round: plain script and gpuadvisor profile, alternately first, "
+        + (
+            f"{args.steps} timed steps each"
+            if args.steps
+            else "each with its default timing (at least 30 steps and 5 s)"
+        )
+        + ", fresh processes"
+        + (f" pinned to CPU cores {args.cores}" if args.cores else "")
+        + "; pooled: the median of every sample of each side",
         "rounds": rounds,
+        "rounds_within_5pct": sum(abs(r["difference_pct"]) <= 5 for r in rounds),
         "median_abs_difference_pct": round(statistics.median(abs(r["difference_pct"]) for r in rounds), 2),
+        "pooled": {
+            "plain_median_us": round(statistics.median(all_plain), 2),
+            "profile_median_us": round(statistics.median(all_profile), 2),
+            "difference_pct": round(100 * (statistics.median(all_profile) / statistics.median(all_plain) - 1), 2),
+            "plain_steps": len(all_plain),
+            "profile_steps": len(all_profile),
+        },
         "default_profile_run": {
             "wall_s": round(wall, 1),
             "step_time_us": default["summary"]["step_time_us"],
