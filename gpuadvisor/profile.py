@@ -759,7 +759,7 @@ def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, 
         if duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
             energy += (
                 f"; the timed phase lasted only {duration:.2f} s and NVML's power and energy readings advance about "
-                "every 100 ms, so they are rough: time more steps (--steps) for better ones"
+                "every 100 ms, so they are rough: time longer (--min-time, --steps) for better ones"
             )
         notes.append(energy)
     report["notes"] = notes + report["notes"]
@@ -784,7 +784,7 @@ def _spread_note(p10: float | None, p90: float | None) -> str | None:
     return (
         f"step times vary widely (p10 {p10:,.0f} µs, p90 {p90:,.0f} µs, {100 * (p90 / p10 - 1):.0f}% apart): "
         "something else competes for the host or the GPU, or the step is bound by the host's launch rate; time "
-        "more steps (--steps) and compare runs with `gpuadvisor compare`, which tests every sample"
+        "longer (--min-time) and compare several runs with `gpuadvisor compare`, which tests every sample"
     )
 
 
