@@ -27,8 +27,8 @@ that keeps the grid at about ``TARGET_PROGRAMS`` programs or fewer. ``TARGET_PRO
 programs per SM of the H200's 132) gives B=1, H=16, S=1, T=1024 chunk 32 (32 chunks, 512 programs, 16 KiB
 of K and V each in bf16 at hd=128), with 2 warps per program: in ``benchmarks/decode_attention_bench.py``'s
 sweep on the H200 (benchmarks/results/decode_attention_bench.json, 8 layers replayed in one CUDA graph)
-that took 9.3 us per layer at position 1023 and 7.6 at 512, against 12.2 / 9.9 for chunk 64 with 4 warps,
-the first choice; chunk 16 with 1 warp was 10.1 / 7.3. Within a chunk the program walks tiles of
+that took 9.2 us per layer at position 1023 and 7.4 at 512, against 12.1 / 9.8 for chunk 64 with 4 warps,
+the first choice; chunk 16 with 1 warp was 10.2 / 7.3. Within a chunk the program walks tiles of
 ``tile_for(hd)`` slots (32 at hd=128), so a large chunk does not spill registers.
 
 No host syncs: positions are read on the device, so the call can be captured in a CUDA graph. Positions
