@@ -1,6 +1,6 @@
 """Does `gpuadvisor profile`'s timing phase itself slow the step? Measured in one process, interleaved.
 
-    python3 benchmarks/timing_overhead.py --triples 30     # on a CUDA GPU
+    python3 benchmarks/timing_overhead.py --rounds 30     # on a CUDA GPU
 
 Comparing `profile` with a separate plain script means comparing two processes, and on a host whose CPU
 speed wanders (benchmarks/results/host_noise.json) two processes disagree by more than the tools do. This
@@ -8,9 +8,9 @@ compares the ways of timing inside one process, on one model, block after block,
 share the host's state: ``plain`` is the loop of benchmarks/plain_decode_timing.py (``model(*inputs)``
 between two CUDA events); ``tool`` is what the timing phase of `profile` runs (the loaded workload's step
 through profile's step runner, gpuadvisor.capture.timing.time_steps); ``tool+nvml`` is the same with the
-NVML sampler thread running, as in `profile`. Each triple runs the three in a rotating order, --steps steps
-each. Reported: each variant's median of block medians and the median ratio of ``tool+nvml`` and ``tool``
-to the ``plain`` block of the same triple, with a bootstrap 95% interval. Writes
+NVML sampler thread running, as in `profile` (``tool+nvml@100ms``: sampling every 100 ms instead). Each
+round runs the variants in a rotating order, --steps steps each. Reported: each variant's median of block
+medians and the median ratio of each to the ``plain`` block of the same round, with a bootstrap 95% interval. Writes
 benchmarks/results/timing_overhead.json (or --out).
 """
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-VARIANTS = ("plain", "tool", "tool+nvml")
+VARIANTS = ("plain", "tool", "tool+nvml", "tool+nvml@100ms")
 
 
 def bootstrap_median_ci(values: list[float], rounds: int = 5000) -> tuple[float, float]:
@@ -46,7 +46,7 @@ def bootstrap_median_ci(values: list[float], rounds: int = 5000) -> tuple[float,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--triples", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=100, help="steps per block")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "timing_overhead.json")
     args = parser.parse_args()
@@ -54,7 +54,7 @@ def main() -> int:
     import torch
     from plain_decode_timing import back_to_back
 
-    from gpuadvisor.capture.nvml import open_sampler
+    from gpuadvisor.capture.nvml import DEFAULT_INTERVAL_S, open_sampler
     from gpuadvisor.capture.timing import time_steps
     from gpuadvisor.profile import _step_runner
     from gpuadvisor.workload import load_workload
@@ -72,8 +72,8 @@ def main() -> int:
     def tool() -> float:
         return time_steps(lambda i: run_step("timing", i, args.steps), args.steps, cuda=True).median_us
 
-    def tool_nvml() -> float:
-        sampler, reason = open_sampler(torch.cuda.current_device())
+    def tool_nvml(interval_s: float = DEFAULT_INTERVAL_S) -> float:
+        sampler, reason = open_sampler(torch.cuda.current_device(), interval_s=interval_s)
         if sampler is None:
             raise SystemExit(f"timing_overhead: NVML unavailable: {reason}")
         sampler.start()
@@ -82,14 +82,14 @@ def main() -> int:
         finally:
             sampler.stop()
 
-    runs = {"plain": plain, "tool": tool, "tool+nvml": tool_nvml}
+    runs = {"plain": plain, "tool": tool, "tool+nvml": tool_nvml, "tool+nvml@100ms": lambda: tool_nvml(0.1)}
     deadline = time.perf_counter() + 3.0
     while time.perf_counter() < deadline:
         model(*inputs)
     torch.cuda.synchronize()
     blocks: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for t in range(args.triples):
-        order = VARIANTS[t % 3 :] + VARIANTS[: t % 3]
+    for t in range(args.rounds):
+        order = VARIANTS[t % len(VARIANTS) :] + VARIANTS[: t % len(VARIANTS)]
         for variant in order:
             blocks[variant].append(round(runs[variant](), 1))
     ratios = {v: [b / p for b, p in zip(blocks[v], blocks["plain"])] for v in VARIANTS if v != "plain"}
@@ -101,7 +101,7 @@ def main() -> int:
         "method": " ".join(__doc__.split("\n\n")[2].split()),
         "steps_per_block": args.steps,
         "median_of_block_medians_us": {v: round(statistics.median(blocks[v]), 1) for v in VARIANTS},
-        "ratio_to_plain_same_triple": {
+        "ratio_to_plain_same_round": {
             v: {
                 "median": round(statistics.median(r), 4),
                 "ci95": [round(x, 4) for x in bootstrap_median_ci(r)],
