@@ -69,15 +69,10 @@ def loop_only(seconds: float) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
-    import importlib.util
-
     import torch
+    from plain_decode_timing import load_build  # this file's folder is on sys.path when run as a script
 
-    spec = importlib.util.spec_from_file_location("llama_decode_example", ROOT / "examples" / "llama_decode.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    model, inputs = module.build()
+    model, inputs = load_build()()
 
     def step():
         return model(*inputs)
