@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama_decode.py"
 
 
-def load_build():
-    spec = importlib.util.spec_from_file_location("llama_decode_example", EXAMPLE)
+def load_build(example: Path = EXAMPLE):
+    spec = importlib.util.spec_from_file_location(f"{example.stem}_example", example)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # the example's dataclasses look their module up by name
     spec.loader.exec_module(module)
@@ -84,6 +84,7 @@ def summary(samples: list[float]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--example", type=Path, default=EXAMPLE, help="another model.py (default: the decode example)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps, at least (default 30, as profile)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5, as profile)")
     parser.add_argument(
@@ -101,7 +102,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("plain_decode_timing: needs a CUDA GPU", file=sys.stderr)
         return 2
-    model, inputs = load_build()()
+    example = args.example.resolve()
+    model, inputs = load_build(example)()
 
     def step():
         return model(*inputs)
@@ -125,7 +127,7 @@ def main() -> int:
         "torch": str(torch.__version__),
         "cuda": torch.version.cuda,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "example": str(EXAMPLE.relative_to(ROOT)),
+        "example": str(example.relative_to(ROOT)) if example.is_relative_to(ROOT) else str(example),
         "warmup_steps": warmed,
         "steps": steps,
         "method": "CUDA events around each step, steps back to back, one synchronize at the end (as profile)",

@@ -2,12 +2,12 @@
 
     python3 benchmarks/profile_agreement.py --rounds 4     # on a CUDA GPU
 
-Each round runs benchmarks/plain_decode_timing.py (no gpuadvisor code) and
-`gpuadvisor profile examples/llama_decode.py`, alternately first, each in a fresh process pinned to the same
-two CPU cores (the eager decode step is bound by the host's launch rate; on one core the NVML sampler thread
-competes with the step), and compares their median step times, per round and pooled over the rounds. Both
-use their default timing (at least 30 steps and at least 5 s of them) unless --steps fixes the count. It also
-times one default `gpuadvisor profile` run (wall clock, warm-up and profiling included). Writes
+Each round runs benchmarks/plain_decode_timing.py (no gpuadvisor code) and `gpuadvisor profile
+examples/llama_decode.py` (or --example), alternately first, each in a fresh process pinned to the same two CPU
+cores (the eager decode step is bound by the host's launch rate; on one core the NVML sampler thread competes
+with the step), and compares their median step times, per round and pooled over the rounds. Both use their
+default timing (at least 30 steps and at least 5 s of them) unless --steps fixes the count. It also times one
+default `gpuadvisor profile` run (wall clock, warm-up and profiling included). Writes
 benchmarks/results/profile_agreement.json (or --out).
 """
 
@@ -35,6 +35,7 @@ def pinned(cmd: list[str], cores: str | None) -> list[str]:
 def plain_run(tmp: Path, i: int, args, env) -> dict:
     out = tmp / f"plain{i}.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "plain_decode_timing.py"), "--out", str(out)]
+    cmd += ["--example", str(args.example)]
     if args.steps is not None:
         cmd += ["--steps", str(args.steps), "--min-time", "0"]
     subprocess.run(pinned(cmd, args.cores or None), check=True, env=env, capture_output=True)
@@ -43,7 +44,7 @@ def plain_run(tmp: Path, i: int, args, env) -> dict:
 
 
 def profile_run(tmp: Path, i: int, args, env) -> dict:
-    cmd = [sys.executable, "-m", "gpuadvisor", "profile", str(ROOT / "examples" / "llama_decode.py")]
+    cmd = [sys.executable, "-m", "gpuadvisor", "profile", str(args.example)]
     cmd += ["--out", str(tmp / f"profile{i}"), "--format", "json"]
     if args.steps is not None:
         cmd += ["--steps", str(args.steps), "--min-time", "0"]
@@ -55,6 +56,9 @@ def profile_run(tmp: Path, i: int, args, env) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--example", type=Path, default=ROOT / "examples" / "llama_decode.py", help="the model.py (default: decode)"
+    )
     parser.add_argument(
         "--steps", type=int, default=None, help="exactly this many timed steps each (default: both tools' defaults)"
     )
@@ -95,7 +99,7 @@ def main() -> None:
                 "-m",
                 "gpuadvisor",
                 "profile",
-                str(ROOT / "examples" / "llama_decode.py"),
+                str(args.example),
                 "--out",
                 str(Path(tmp) / "default"),
                 "--format",
@@ -113,6 +117,9 @@ def main() -> None:
     result = {
         "command": "python3 benchmarks/profile_agreement.py " + " ".join(sys.argv[1:]),
         "gpu": torch.cuda.get_device_name(),
+        "example": str(args.example.resolve().relative_to(ROOT))
+        if args.example.resolve().is_relative_to(ROOT)
+        else str(args.example),
         "torch": torch.__version__,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "method": "per round: plain script and gpuadvisor profile, alternately first, "
