@@ -313,3 +313,44 @@ def test_run_profile_checks_min_time(tmp_path):
 
     with pytest.raises(BadInputError, match="--min-time"):
         run_profile(TINY_MLP, min_time_s=-2, out_dir=tmp_path / "out")
+
+
+@pytest.mark.parametrize(("min_time_s", "expect_more"), [(0.3, True), (0.0, False)])
+def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, expect_more):
+    """The GPU branch of _measure with the CUDA calls stubbed: steps of ~2 ms, 3 s of warm-up shortened to
+    0.05 s; the timed count follows the warm-up's pace, and every count goes through agree_steps."""
+    import time
+
+    import torch
+
+    from gpuadvisor import profile as profile_module
+    from gpuadvisor.capture import timing as timing_module
+
+    monkeypatch.setattr(profile_module, "MIN_WARMUP_S", 0.05)
+    monkeypatch.setattr(profile_module, "_synchronize", lambda *args: None)
+    for name in ("reset_peak_memory_stats", "max_memory_allocated", "max_memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, lambda *args: 0)
+    timed = []
+
+    def fake_time_steps(run_step, steps, *, cuda, on_step=None):
+        assert cuda
+        timed.append(steps)
+        return StepTimes([2000.0] * steps, "stub", 0.0)
+
+    monkeypatch.setattr(timing_module, "time_steps", fake_time_steps)
+    agreed = []
+
+    def agree(count):
+        agreed.append(count)
+        return count
+
+    def run_step(phase, index, total):
+        time.sleep(0.002)
+
+    with profile_module._Display(False) as display:
+        profile_module._measure(run_step, "m.py", True, 2, 30, False, display, agree_steps=agree, min_time_s=min_time_s)
+    assert agreed[-1] == timed[0]  # the ranks agree on the timed count too
+    if expect_more:
+        assert 30 < timed[0] <= 0.3 / 0.002 + 1  # about 0.3 s of ~2 ms steps, never more than sleep allows
+    else:
+        assert timed == [30]
