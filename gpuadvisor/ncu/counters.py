@@ -185,7 +185,7 @@ def bank_conflicts_measured(measured: dict[str, Any], rule) -> list:
     utilization x excess / wavefronts (an upper bound on what removing the conflict gives back, reached
     only when the shared pipe limits the kernel); without the utilization counter, none is given.
     """
-    from gpuadvisor.rules.engine import Finding
+    from gpuadvisor.rules.engine import make_finding
 
     steps = measured.get("steps") or 1
     findings = []
@@ -225,21 +225,7 @@ def bank_conflicts_measured(measured: dict[str, Any], rule) -> list:
                 "block": row.get("block"),
                 "grid": row.get("grid"),
             }
-            findings.append(
-                Finding(
-                    rule_id=rule.id,
-                    name=rule.name,
-                    title=rule.title,
-                    severity=rule.severity,
-                    category=rule.category,
-                    message=" ".join(message.split()),
-                    evidence=evidence,
-                    estimated_saving_us_per_step=round(saving, 2),
-                    estimated_saving_pct=None,
-                    fix_id=rule.fix_id,
-                    fix=rule.doc["fix"].split("\n\n")[0],
-                )
-            )
+            findings.append(make_finding(rule, None, message, evidence, saving))
     findings.sort(key=lambda f: (-f.evidence["excess_wavefronts"], f.evidence["kernel"]))
     return findings
 

@@ -274,9 +274,12 @@ def make_finding(
     evidence: dict[str, Any],
     saving_us: float,
     severity: str | None = None,
+    *,
+    fix: str | None = None,
 ) -> Finding:
-    """A finding for ``rule`` with its saving expressed per step and as % of the median step."""
-    step = analysis.step_time_us
+    """A finding for ``rule`` with its saving expressed per step and as % of the median step (``analysis``
+    None: no step to compare with, as for ``scan`` and ``ncu``). ``fix`` replaces the rule's own first line."""
+    step = analysis.step_time_us if analysis is not None else None
     saving = max(0.0, float(saving_us))
     pct = 100.0 * saving / step if step else None
     return Finding(
@@ -290,5 +293,5 @@ def make_finding(
         estimated_saving_us_per_step=round(saving, 1),
         estimated_saving_pct=round(pct, 1) if pct is not None else None,
         fix_id=rule.fix_id,
-        fix=rule.doc["fix"].split("\n\n")[0].split("\n")[0],
+        fix=fix or rule.doc["fix"].split("\n\n")[0].split("\n")[0],
     )

@@ -98,7 +98,7 @@ def scan_paths(paths: list[Path], block_dim: tuple | None = None, rules_dir: Pat
 
 def bank_conflicts_static(scan: dict, rule) -> list:
     """GA501: one finding per access the model predicts at ``min_degree``-way or worse."""
-    from gpuadvisor.rules.engine import Finding
+    from gpuadvisor.rules.engine import make_finding
 
     findings = []
     for access in scan["accesses"]:
@@ -128,21 +128,7 @@ def bank_conflicts_static(scan: dict, rule) -> list:
             "degree_after_fix": access["degree_after_fix"],
             "saving": "not estimated statically: measure with `gpuadvisor ncu` (GA502)",
         }
-        findings.append(
-            Finding(
-                rule_id=rule.id,
-                name=rule.name,
-                title=rule.title,
-                severity=rule.severity,
-                category=rule.category,
-                message=" ".join(message.split()),
-                evidence=evidence,
-                estimated_saving_us_per_step=0.0,
-                estimated_saving_pct=None,
-                fix_id=rule.fix_id,
-                fix=access["fix"] or rule.doc["fix"].split("\n\n")[0],
-            )
-        )
+        findings.append(make_finding(rule, None, message, evidence, 0.0, fix=access["fix"]))
     return findings
 
 
