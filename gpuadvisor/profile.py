@@ -510,14 +510,24 @@ def _free_memory() -> str:
 # --- output folder ------------------------------------------------------------------------------
 
 
-def _check_out_dir(out_dir: Path, allowed: frozenset[str] = OUTPUT_FILES, command: str = "profile") -> None:
+def _check_out_dir(
+    out_dir: Path,
+    allowed: frozenset[str] = OUTPUT_FILES,
+    command: str = "profile",
+    ours: Callable[[Path], bool] | None = None,
+) -> None:
     """Refuse an ``out_dir`` that is a file, or a folder holding anything but an earlier run's outputs
-    (the file names in ``allowed``; ``command`` names that run in the message)."""
+    (the file names in ``allowed``, or what ``ours`` accepts; ``command`` names that run in the message)."""
+    if ours is None:
+
+        def ours(path: Path) -> bool:
+            return path.name in allowed and path.is_file()
+
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise BadInputError(f"--out {out_dir} exists and is not a folder")
     if out_dir.is_dir():
         try:
-            foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in allowed or not p.is_file())
+            foreign = sorted(p.name for p in out_dir.iterdir() if not ours(p))
         except OSError as error:
             raise BadInputError(f"--out {out_dir}: cannot read it: {error.strerror or error}") from error
         if foreign:
@@ -1045,10 +1055,6 @@ class _RankOptions:
 def _check_ranks_out_dir(out_dir: Path) -> None:
     """Refuse an ``out_dir`` that is a file, or a folder holding anything but an earlier multi-rank profile's
     outputs (report.json, report.md and rank<N>/ folders of the single-rank output files)."""
-    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
-        raise BadInputError(f"--out {out_dir} exists and is not a folder")
-    if not out_dir.is_dir():
-        return
 
     def ours(path: Path) -> bool:
         if path.is_symlink():
@@ -1059,16 +1065,7 @@ def _check_ranks_out_dir(out_dir: Path) -> None:
             return all(p.is_file() and not p.is_symlink() and p.name in OUTPUT_FILES for p in path.iterdir())
         return False
 
-    try:
-        foreign = sorted(p.name for p in out_dir.iterdir() if not ours(p))
-    except OSError as error:
-        raise BadInputError(f"--out {out_dir}: cannot read it: {error.strerror or error}") from error
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
-        raise BadInputError(
-            f"--out {out_dir} exists and holds other files ({shown}); it would be replaced, so give a new "
-            "or an earlier multi-rank profile's folder"
-        )
+    _check_out_dir(out_dir, command="multi-rank profile", ours=ours)
 
 
 def _launch_ranks(
