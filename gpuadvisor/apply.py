@@ -74,13 +74,13 @@ from gpuadvisor.profile import (
     _Display,
     _environment,
     _make_staging,
-    _one_line,
     _oom_error,
     _publish,
     _record_profile,
     _remove_dirs,
     _round,
     _RunFacts,
+    _sampling_while_timing,
     _spread_note,
     _step_runner,
     _synchronize,
@@ -429,9 +429,7 @@ def _measure(
     sides = {name: SideMeasurement(name) for name in SIDES}
     gc.collect()  # the garbage of build, fixes and warm-up: no full collection inside the timed blocks
     display.phase("timing before/after", 2 * rounds * steps)
-    try:
-        if sampler is not None:
-            sampler.start()
+    with _sampling_while_timing(sampler, label, cuda):
         for round_index in range(rounds):
             for name in SIDES if round_index % 2 == 0 else SIDES[::-1]:
                 run = runners[name]
@@ -454,14 +452,6 @@ def _measure(
                     torch.cuda.max_memory_allocated() if cuda else None,
                     torch.cuda.max_memory_reserved() if cuda else None,
                 )
-    except RuntimeError as error:
-        # An asynchronous CUDA error of the user's kernels surfaces at the block's synchronize.
-        if not cuda or "CUDA" not in str(error):
-            raise
-        raise UserCodeError(f"{label}: the GPU reported an error during timing: {_one_line(error)}") from error
-    finally:
-        if sampler is not None:
-            sampler.stop()
     if sampler is None:
         for side in sides.values():
             side.energy_mj = None

@@ -40,7 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -306,20 +306,10 @@ def _measure(
     sampler, nvml_reason = None, "sampling off (--no-nvml)" if cuda else "no CUDA GPU"
     if cuda and nvml:
         sampler, nvml_reason = open_sampler(torch.cuda.current_device())
-    try:
-        if sampler is not None:
-            sampler.start()
+    with _sampling_while_timing(sampler, label, cuda):
         times = time_steps(
             lambda i: run_step("timing", i, timed_steps), timed_steps, cuda=cuda, on_step=display.advance
         )
-    except RuntimeError as error:
-        # An asynchronous CUDA error of the user's kernels surfaces at the phase's synchronize.
-        if not cuda or "CUDA" not in str(error):
-            raise
-        raise UserCodeError(f"{label}: the GPU reported an error during timing: {_one_line(error)}") from error
-    finally:
-        if sampler is not None:
-            sampler.stop()
     nvml_summary = summarize(sampler, times.samples_us) if sampler is not None else None
     memory = (
         {
@@ -330,6 +320,23 @@ def _measure(
         else {}
     )
     return _Measured(times, sampler, nvml_summary, nvml_reason, memory)
+
+
+@contextmanager
+def _sampling_while_timing(sampler, label: str, cuda: bool):
+    """Run the NVML ``sampler`` (if any) around the timed steps, stopping it however they end; a CUDA error
+    of the user's kernels, surfacing at a synchronize, becomes a UserCodeError."""
+    try:
+        if sampler is not None:
+            sampler.start()
+        yield
+    except RuntimeError as error:
+        if not cuda or "CUDA" not in str(error):
+            raise
+        raise UserCodeError(f"{label}: the GPU reported an error during timing: {_one_line(error)}") from error
+    finally:
+        if sampler is not None:
+            sampler.stop()
 
 
 def _timed_step_count(timed_steps: int, per_step_s: float | None, min_time_s: float) -> int:

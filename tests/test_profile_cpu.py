@@ -354,3 +354,29 @@ def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, ex
         assert 30 < timed[0] <= 0.3 / 0.002 + 1  # about 0.3 s of ~2 ms steps, never more than sleep allows
     else:
         assert timed == [30]
+
+
+def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
+    from gpuadvisor.errors import UserCodeError
+    from gpuadvisor.profile import _sampling_while_timing
+
+    class Sampler:
+        started = stopped = 0
+
+        def start(self):
+            self.started += 1
+
+        def stop(self):
+            self.stopped += 1
+
+    sampler = Sampler()
+    with pytest.raises(
+        UserCodeError, match="m.py: the GPU reported an error during timing: RuntimeError: CUDA error: boom more"
+    ):
+        with _sampling_while_timing(sampler, "m.py", cuda=True):
+            raise RuntimeError("CUDA error: boom\nmore")
+    assert (sampler.started, sampler.stopped) == (1, 1)
+    with pytest.raises(RuntimeError, match="not ours"):  # not a CUDA error: the user's own, as it is
+        with _sampling_while_timing(sampler, "m.py", cuda=True):
+            raise RuntimeError("not ours")
+    assert sampler.stopped == 2
