@@ -369,25 +369,13 @@ def _table(table: str, cols: dict[str, np.ndarray], rank: int, values: dict[str,
 
     timed = {"rank": rank, "name": obj("name"), "ts_us": ts, "dur_us": dur, "end_us": ts + dur}
     if table == "kernels":
-        grid, block = cols["grid"], cols["block"]
-        return pd.DataFrame(
-            {
-                **timed,
-                "device": np.maximum(cols["device"], 0),
-                "stream": cols["stream"],
-                "correlation": cols["correlation"],
-                "external_id": cols["external_id"],
-                "grid_x": grid[:, 0],
-                "grid_y": grid[:, 1],
-                "grid_z": grid[:, 2],
-                "block_x": block[:, 0],
-                "block_y": block[:, 1],
-                "block_z": block[:, 2],
-                "blocks": np.where((grid >= 0).all(axis=1), grid.prod(axis=1), -1),
-                "threads_per_block": np.where((block >= 0).all(axis=1), block.prod(axis=1), -1),
-                "registers_per_thread": cols["registers_per_thread"],
-                "shared_memory_bytes": cols["shared_memory_bytes"],
-            }
+        return kineto.kernel_frame(
+            timed,
+            {name: cols[name] for name in ("device", "stream", "correlation", "external_id")},
+            cols["grid"],
+            cols["block"],
+            cols["registers_per_thread"],
+            cols["shared_memory_bytes"],
         )
     if table == "memcpys":
         memset = cols["_memset"]

@@ -424,22 +424,24 @@ def _gather(buckets: dict[str, list], cats: tuple[str, ...]) -> list:
     return out
 
 
-def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
-    """The per-category tables of a list of events, and the count of events on accelerators we don't model."""
-    buckets = _bucket_events(events)
-    empty = Args() if not events or isinstance(events[0], Event) else LenientArgs()
-    intern: dict[str, str] = {}
-
-    items = _gather(buckets, _KERNEL_CATS)
-    args = _args(items, empty)
-    grid, block = _dims3(_attr(args, "grid")), _dims3(_attr(args, "block"))
-    kernels = pd.DataFrame(
+def kernel_frame(
+    timed: dict[str, Any],
+    ids: dict[str, np.ndarray],
+    grid: np.ndarray,
+    block: np.ndarray,
+    registers: np.ndarray,
+    shared_memory: np.ndarray,
+) -> pd.DataFrame:
+    """The kernels table from its columns (both readers build it here): ``timed`` (rank, name, ts/dur/end),
+    ``ids`` (device, stream, correlation, external_id), ``grid``/``block`` as (n, 3) arrays with -1 where
+    unknown."""
+    return pd.DataFrame(
         {
-            **_timed(items, rank, intern),
-            "device": np.maximum(_ints(_attr(args, "device")), 0),
-            "stream": _ints(_attr(args, "stream")),
-            "correlation": _ints(_attr(args, "correlation")),
-            "external_id": _ints(_attr(args, "external_id")),
+            **timed,
+            "device": np.maximum(ids["device"], 0),
+            "stream": ids["stream"],
+            "correlation": ids["correlation"],
+            "external_id": ids["external_id"],
             "grid_x": grid[:, 0],
             "grid_y": grid[:, 1],
             "grid_z": grid[:, 2],
@@ -448,9 +450,27 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
             "block_z": block[:, 2],
             "blocks": np.where((grid >= 0).all(axis=1), grid.prod(axis=1), -1),
             "threads_per_block": np.where((block >= 0).all(axis=1), block.prod(axis=1), -1),
-            "registers_per_thread": _ints(_attr(args, "registers_per_thread")),
-            "shared_memory_bytes": _ints(_attr(args, "shared_memory")),
+            "registers_per_thread": registers,
+            "shared_memory_bytes": shared_memory,
         }
+    )
+
+
+def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
+    """The per-category tables of a list of events, and the count of events on accelerators we don't model."""
+    buckets = _bucket_events(events)
+    empty = Args() if not events or isinstance(events[0], Event) else LenientArgs()
+    intern: dict[str, str] = {}
+
+    items = _gather(buckets, _KERNEL_CATS)
+    args = _args(items, empty)
+    kernels = kernel_frame(
+        _timed(items, rank, intern),
+        {name: _ints(_attr(args, name)) for name in ("device", "stream", "correlation", "external_id")},
+        _dims3(_attr(args, "grid")),
+        _dims3(_attr(args, "block")),
+        _ints(_attr(args, "registers_per_thread")),
+        _ints(_attr(args, "shared_memory")),
     )
 
     items = _gather(buckets, _MEMCPY_CATS)
