@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuadvisor.kernels.rope_cache import SUPPORTED_DTYPES, check_positions
+from gpuadvisor.kernels.rope_cache import SUPPORTED_DTYPES, check_cache, check_positions
 
 __all__ = ["decode_attention", "decode_attention_reference", "chunk_for", "tile_for"]
 
@@ -209,18 +209,9 @@ def _check_inputs(q, k_cache, v_cache, input_pos, scale) -> float:
         raise ValueError(f"q must have a unit last-dim stride, got strides {q.stride()}")
     batch, n_heads, seq, head_dim = q.shape
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(cache, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(cache).__name__}")
-        if cache.dim() != 4 or (cache.shape[0], cache.shape[1], cache.shape[3]) != (batch, n_heads, head_dim):
-            raise ValueError(f"{name} must have shape ({batch}, {n_heads}, T, {head_dim}), got {tuple(cache.shape)}")
+        check_cache(name, cache, (batch, n_heads, head_dim), q, "q")
         if cache.shape[2] == 0:
             raise ValueError(f"{name} has no slots (T = 0)")
-        if cache.dtype != q.dtype:
-            raise ValueError(f"{name} has dtype {cache.dtype}, q has {q.dtype}")
-        if cache.device != q.device:
-            raise ValueError(f"{name} is on {cache.device}, q is on {q.device}")
-        if cache.stride(-1) != 1:
-            raise ValueError(f"{name} must have a unit last-dim stride, got strides {cache.stride()}")
     if v_cache.shape[2] != k_cache.shape[2]:
         raise ValueError(f"v_cache has {v_cache.shape[2]} slots, k_cache has {k_cache.shape[2]}")
     check_positions(input_pos, seq, q.device)

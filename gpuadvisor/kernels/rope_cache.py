@@ -116,16 +116,17 @@ def _rope_kv_update_kernel(
     tl.store(v_slot + odd, v1, mask=k_mask)
 
 
-def _check_cache(name: str, cache: object, expected: tuple, qkv: torch.Tensor) -> None:
+def check_cache(name: str, cache: object, expected: tuple, like: torch.Tensor, like_name: str = "qkv") -> None:
+    """A [B, H, T, hd] KV cache with (B, H, hd) = ``expected``, ``like``'s dtype and device, unit last stride."""
     if not isinstance(cache, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(cache).__name__}")
     if cache.dim() != 4 or (cache.shape[0], cache.shape[1], cache.shape[3]) != expected:
         b, h, hd = expected
         raise ValueError(f"{name} must have shape ({b}, {h}, T, {hd}), got {tuple(cache.shape)}")
-    if cache.dtype != qkv.dtype:
-        raise ValueError(f"{name} has dtype {cache.dtype}, qkv has {qkv.dtype}")
-    if cache.device != qkv.device:
-        raise ValueError(f"{name} is on {cache.device}, qkv is on {qkv.device}")
+    if cache.dtype != like.dtype:
+        raise ValueError(f"{name} has dtype {cache.dtype}, {like_name} has {like.dtype}")
+    if cache.device != like.device:
+        raise ValueError(f"{name} is on {cache.device}, {like_name} is on {like.device}")
     if cache.stride(-1) != 1:
         raise ValueError(f"{name} must have a unit last-dim stride, got strides {cache.stride()}")
 
@@ -169,8 +170,8 @@ def _check_inputs(qkv, rope, input_pos, k_cache, v_cache, n_heads) -> int:
     if rope.stride(-1) != 1:
         raise ValueError(f"rope must have a unit last-dim stride, got strides {rope.stride()}")
     check_positions(input_pos, seq, qkv.device)
-    _check_cache("k_cache", k_cache, (batch, n_heads, head_dim), qkv)
-    _check_cache("v_cache", v_cache, (batch, n_heads, head_dim), qkv)
+    check_cache("k_cache", k_cache, (batch, n_heads, head_dim), qkv)
+    check_cache("v_cache", v_cache, (batch, n_heads, head_dim), qkv)
     if v_cache.shape[2] != k_cache.shape[2]:
         raise ValueError(f"v_cache has {v_cache.shape[2]} slots, k_cache has {k_cache.shape[2]}")
     return head_dim
