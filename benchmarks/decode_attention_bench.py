@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import math
 import os
 import platform
-import statistics
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +53,8 @@ import triton  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_common import copy_bandwidth, load_example, median_us  # noqa: E402
+
 from gpuadvisor.kernels import decode_attention as decode_attention_module  # noqa: E402
 from gpuadvisor.kernels.decode_attention import chunk_for, decode_attention_reference  # noqa: E402
 from gpuadvisor.kernels.rope_cache import rope_kv_update  # noqa: E402
@@ -65,36 +64,6 @@ NUM_WARPS = (1, 2, 4, 8)
 # Largest |bf16 output - float64 reference| allowed, relative to the largest |reference|: the output's own
 # rounding is 2**-9 of it at most; a lost or double-counted chunk is off by O(1) of it.
 TOLERANCE = 1.6e-2
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("llama_decode_example", ROOT / "examples" / "llama_decode.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks the module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def median_us(fn: Callable[[], object], iters: int, warmup: int, device: torch.device) -> float:
-    """Median time of one ``fn()`` in microseconds: CUDA events around each call, perf_counter without CUDA."""
-    for _ in range(warmup):
-        fn()
-    if device.type != "cuda":
-        samples = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e6)
-        return statistics.median(samples)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends):
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
 
 
 def capture(calls: list[Callable[[], object]], device: torch.device) -> Callable[[], object]:
@@ -118,15 +87,6 @@ def capture(calls: list[Callable[[], object]], device: torch.device) -> Callable
         run_all()
     torch.cuda.synchronize()
     return graph.replay
-
-
-def copy_bandwidth(copy_gib: float, iters: int, warmup: int, device: torch.device) -> dict:
-    """Device-to-device copy of a ``copy_gib`` GiB tensor: bytes read + written per second."""
-    src = torch.randn(int(copy_gib * 2**30) // 2, dtype=torch.bfloat16, device=device)
-    dst = torch.empty_like(src)
-    us = median_us(lambda: dst.copy_(src), iters, warmup, device)
-    moved = 2 * src.numel() * src.element_size()
-    return {"tensor_bytes": moved // 2, "bytes": moved, "us": us, "bytes_per_s": moved / (us * 1e-6)}
 
 
 def gpu_ops_per_call(fn: Callable[[], object], device: torch.device) -> int | str:

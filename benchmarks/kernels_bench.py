@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +39,8 @@ import triton  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import copy_bandwidth, median_us  # noqa: E402
+
 from gpuadvisor.kernels import add_rmsnorm as add_rmsnorm_module  # noqa: E402
 from gpuadvisor.kernels import rmsnorm as rmsnorm_module  # noqa: E402
 from gpuadvisor.kernels.add_rmsnorm import add_rmsnorm, add_rmsnorm_reference  # noqa: E402
@@ -51,38 +52,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Pass/fail tolerance on the float64 reference, per output dtype: a few roundings of the output's mantissa
 # (bf16 8 bits, fp16 11, fp32 24); a wrong kernel is off by O(1).
 TOLERANCES = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}
-
-
-def median_us(fn: Callable[[], object], iters: int, warmup: int, device: torch.device) -> float:
-    """Median wall time of one ``fn()`` in microseconds: CUDA events per call on CUDA, perf_counter elsewhere."""
-    for _ in range(warmup):
-        fn()
-    if device.type != "cuda":
-        times = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e6)
-        return statistics.median(times)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends):
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-
-
-def copy_bandwidth(copy_gib: float, iters: int, warmup: int, device: torch.device) -> dict:
-    """Device-to-device copy of a ``copy_gib`` GiB tensor: bytes read + written per second."""
-    n = int(copy_gib * 2**30) // 2
-    src = torch.randn(n, dtype=torch.bfloat16, device=device)
-    dst = torch.empty_like(src)
-    us = median_us(lambda: dst.copy_(src), iters, warmup, device)
-    moved = 2 * src.numel() * src.element_size()
-    return {"tensor_bytes": moved // 2, "bytes": moved, "us": us, "bytes_per_s": moved / (us * 1e-6)}
 
 
 def eager_add_rmsnorm(x, residual, weight, eps):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import math
 import statistics
@@ -22,16 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from bench_common import load_example
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama_decode.py"
 
 
 def load_build(example: Path = EXAMPLE):
-    spec = importlib.util.spec_from_file_location(f"{example.stem}_example", example)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # the example's dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module.build
+    return load_example(example).build
 
 
 def percentile(values: list[float], q: float) -> float:
