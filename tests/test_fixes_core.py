@@ -232,7 +232,7 @@ def test_analysis_reports_state_the_step_writes_and_leaves_the_model_alone():
     before = snapshot(model)
     inputs = (torch.ones(1, 3), torch.tensor([2]))
     analysis = analyze_step(Workload("c.py", model, inputs, lambda: None, None, "c"))
-    assert analysis.writes_state == ["cache"] and analysis.findings == []
+    assert analysis.writes_state == ["model.cache"] and analysis.findings == []
     assert_unchanged(model, before)
 
 

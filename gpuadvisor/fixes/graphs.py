@@ -14,8 +14,12 @@ capture), then ``step(model, static_inputs)`` captured in a ``torch.cuda.CUDAGra
 The returned workload's step copies its inputs into the static buffers (unless they are those very tensors)
 and replays; its ``inputs`` stay the example inputs. The model is shared with the original when the step
 writes no parameter or buffer in place; a step that does (a KV cache, an optimizer step) is captured on a
-deep copy, so the user's model keeps its state. The graph reads the model's weights by address: changing
-them in place is seen by the next replay, replacing a parameter object is not.
+deep copy where one fits and the model can be copied, else on the model itself; the state the warm-up steps
+write (a cache, an optimizer step, BatchNorm statistics) is restored after the capture either way.
+Optimizers with a ``capturable`` option (Adam, AdamW, ...) are switched to it (step counters on the GPU).
+A training step's gradients live in the graph's pool: after each replay the parameters' ``.grad`` point at
+them again (a ``zero_grad()`` in the step sets them to None only in Python). The graph reads the model's
+weights by address: changing them in place is seen by the next replay, replacing a parameter object is not.
 
 The output of a replay lives in the graph's pool and is overwritten by the next replay: clone it to keep it.
 """
@@ -39,15 +43,21 @@ class GraphedStep:
     inputs were baked in at capture and must be equal.
     """
 
-    def __init__(self, graph: Any, static_inputs: tuple, static_output: Any, model: Any):
+    def __init__(self, graph: Any, static_inputs: tuple, static_output: Any, model: Any, grads: list | None = None):
         self.graph = graph
         self.static_inputs = static_inputs
         self.static_output = static_output
         self.model = model  # kept alive: the graph reads its tensors by address
+        # (parameter, gradient) pairs as the capture left them: a replay writes these gradient tensors, and a
+        # step that sets .grad to None (zero_grad) does so only in Python, which a replay does not run.
+        self.grads = grads or []
 
     def __call__(self, *inputs: Any) -> Any:
         self.copy_inputs(inputs)
         self.graph.replay()
+        for parameter, grad in self.grads:
+            if parameter.grad is not grad:
+                parameter.grad = grad
         return self.static_output
 
     def step(self, model: Any, inputs: tuple) -> Any:
@@ -139,6 +149,9 @@ class GraphsFix(Fix):
         elif device is None or not device.startswith("cuda"):
             no_cuda = f"needs a CUDA device (the model is on {device or 'no device: it holds no tensors'})"
 
+        if no_cuda is None:
+            # What apply will do before capturing: a capturable optimizer reads no step count on the host.
+            make_capturable({"model": workload.model})
         analysis = self.analysis(workload)
         findings = analysis.findings
         details = [finding.reason for finding in findings]
@@ -159,24 +172,36 @@ class GraphsFix(Fix):
     def apply(self, workload: Any) -> Applied:
         import torch
 
-        analysis = self.analysis(workload)
-        changes = []
-        model = workload.model
         from gpuadvisor.fixes.safety import copy_fits
+        from gpuadvisor.fixes.state import collect_state
 
-        if analysis.writes_state:
-            # The step writes model state in place: capture on a copy, so warm-up and replays leave the
-            # user's model as it was.
-            model = copy.deepcopy(model)
-            names = ", ".join(analysis.writes_state[:3]) + (", ..." if len(analysis.writes_state) > 3 else "")
-            changes.append(f"captured on a copy of the model: the step writes {names} in place")
-        elif copy_fits(model, 2):
-            # The analysis sees aten ops only: a Triton or extension kernel that writes a buffer (a fused
-            # KV-cache update) is invisible to it. Where memory allows, capture on a copy anyway.
-            model = copy.deepcopy(model)
-            changes.append("captured on a copy of the model")
+        analysis = self.analysis(workload)
+        changes: list[str] = []
+        model = workload.model
+        copied = None
+        if copy_fits(model, 2):
+            # Capture on a copy where memory allows, so the user's model keeps working eagerly beside the graph
+            # (the analysis sees aten ops only: a Triton or extension kernel writing a buffer is invisible to it).
+            copied = private_copy_or_none(model)
+        if copied is not None:
+            model = copied
+            if analysis.writes_state:
+                names = ", ".join(analysis.writes_state[:3]) + (", ..." if len(analysis.writes_state) > 3 else "")
+                changes.append(f"captured on a copy of the model: the step writes {names} in place")
+            else:
+                changes.append("captured on a copy of the model")
+        else:
+            changes.append(
+                "captured on the model itself (it cannot be deep-copied, or a copy does not fit): its state is"
+                " restored after the warm-up, and the eager model and the graph share it"
+            )
+        changes += make_capturable({"model": model})
 
         static_inputs = clone_tensors(workload.inputs)
+        # Warm-up steps write state (a cache, an optimizer step, BatchNorm statistics): put it back afterwards,
+        # so the patched step starts where the user's state was.
+        state = collect_state({"model": model, "inputs": static_inputs})
+        before = state.snapshot()
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side_stream):
@@ -189,8 +214,11 @@ class GraphsFix(Fix):
         with torch.cuda.graph(graph):  # a private memory pool for this graph
             static_output = workload.step(model, static_inputs)
         torch.cuda.synchronize()
+        grads = [(slot.owner, slot.owner.grad) for slot in state if slot.kind == "grad" and slot.get() is not None]
+        state.restore(before, [path for path in before.values if state[path].kind != "grad"])
+        del before
 
-        graphed = GraphedStep(graph, tuple(static_inputs), static_output, model)
+        graphed = GraphedStep(graph, tuple(static_inputs), static_output, model, grads)
         # The workload keeps its own example inputs: each step copies them into the static buffers (two small
         # device copies for a decode step, as a serving loop feeding new tokens pays too). Were the static
         # buffers its inputs, the numerics guard's random inputs would stay in them after the guard ran.
@@ -201,3 +229,43 @@ class GraphsFix(Fix):
             "inputs are copied into static buffers before each replay; the output is overwritten by the next"
         )
         return Applied(patched, changes)
+
+
+def private_copy_or_none(model: Any) -> Any:
+    """A deep copy of ``model``, or None when it cannot be copied (a buffer with autograd history, a lock)."""
+    try:
+        return copy.deepcopy(model)
+    except Exception:
+        return None
+
+
+def make_capturable(roots: dict[str, Any]) -> list[str]:
+    """Set ``capturable=True`` on the CUDA optimizers reachable from ``roots`` that have the option and lack it,
+    moving their step counters to the GPU; return one line per optimizer changed.
+
+    A non-capturable Adam/AdamW keeps its step count on the CPU and reads it with ``.item()``: a graph would
+    bake the count in, and PyTorch refuses to capture it. The capturable form computes the same update on the
+    GPU.
+    """
+    import torch
+
+    from gpuadvisor.fixes.state import optimizers_in
+
+    changes = []
+    for optimizer in optimizers_in(roots):
+        if "capturable" not in optimizer.defaults:
+            continue
+        groups = [group for group in optimizer.param_groups if not group.get("capturable")]
+        if not groups or any(p.device.type != "cuda" for group in groups for p in group["params"]):
+            continue
+        for group in groups:
+            group["capturable"] = True
+            for parameter in group["params"]:
+                entry = optimizer.state.get(parameter)
+                step = entry.get("step") if entry else None
+                if isinstance(step, torch.Tensor) and step.device != parameter.device:
+                    entry["step"] = step.to(parameter.device, torch.float32)
+        changes.append(
+            f"{type(optimizer).__name__}: capturable=True (its step counters on the GPU, as a CUDA graph needs)"
+        )
+    return changes

@@ -257,15 +257,28 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from gpuadvisor.fixes.state import collect_state
     from gpuadvisor.workload import _make_step_fn
 
     device = model_device(workload.model, workload.inputs)
     on_cuda = device is not None and device.startswith("cuda")
-    model = private_copy(workload.model)
-    analysis = StepAnalysis(model_device=device, ran_on_copy=model is not None)
-    if model is None:
-        model = workload.model
-    state = state_tensors(model)
+    # The step runs on a private deep copy of the model and its inputs together (a cache object in the inputs
+    # is copied with it) where memory allows; otherwise, or when they cannot be deep-copied (a buffer with
+    # autograd history, a lock), on the workload's own state, snapshotted first and restored after (Python-side
+    # counters are then not restored).
+    model, inputs = workload.model, workload.inputs
+    copied = None
+    if copy_fits(model, 1.1):
+        try:
+            copied = copy.deepcopy((model, inputs))
+        except Exception:
+            copied = None
+    if copied is not None:
+        model, inputs = copied
+    analysis = StepAnalysis(model_device=device, ran_on_copy=copied is not None)
+    reachable = collect_state({"model": model, "inputs": inputs})
+    before = reachable.snapshot() if copied is None else None
+    state = [(slot.path, value) for slot in reachable if (value := slot.get()) is not None]
     # Keyed by storage, so that a write through a view (cache[:, :, pos] = k) counts as a write to the buffer.
     state_by_pointer = {_storage_pointer(tensor): name for name, tensor in state if _storage_pointer(tensor)}
     library_folders = _library_folders()
@@ -294,10 +307,12 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
                         written[state_by_pointer[pointer]] = None
             finding = _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source)
             if finding is not None:
+                if via:
+                    finding.suggestion = _library_suggestion(via, finding)
                 self.findings.append(finding)
             return result
 
-    step_fn = _make_step_fn(workload.step, model, workload.inputs, workload.path)
+    step_fn = _make_step_fn(workload.step, model, inputs, workload.path)
     recorders = []
     try:
         for _ in range(runs):
@@ -306,10 +321,11 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
                 step_fn()
             recorders.append(recorder)
     finally:
-        if model is not workload.model:
-            del model
-            if on_cuda:
-                torch.cuda.empty_cache()
+        if before is not None:
+            reachable.restore(before)
+        del before, copied, model, inputs, reachable, state
+        if on_cuda:
+            torch.cuda.empty_cache()
 
     # The last run decides: what happens only in the first call (lazy initialization such as an optimizer
     # creating its state, a module building a cache) happens during the graph's warm-up, not in the capture.
@@ -349,13 +365,17 @@ def _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source) -
                     f"host sync: copy to the CPU (.cpu()/.tolist()/.numpy()){at} ({op})",
                     SUGGEST_CPU_COPY,
                 )
-            if source_tensor.device.type == "cpu" and destination.is_cuda and source_tensor.dim() > 0:
+            if source_tensor.device.type == "cpu" and destination.is_cuda:
+                # A copy from pageable host memory cannot be captured (capture raises); one from pinned memory
+                # would replay from the same host buffer, which a tensor built inside the step is not.
+                memory = "pinned" if source_tensor.is_pinned() else "pageable"
+                what = "a scalar" if source_tensor.dim() == 0 else "a"
                 return SafetyFinding(
                     "host_to_device_copy",
                     op,
                     where,
-                    f"copy of a CPU tensor to the GPU inside the step{at} ({op})",
-                    SUGGEST_INPUT_ON_GPU,
+                    f"copy of {what} {memory} CPU tensor to the GPU inside the step{at} ({op})",
+                    SUGGEST_INPUT_ON_GPU if source_tensor.dim() else SUGGEST_GPU_TENSOR,
                 )
     if name in _DATA_DEPENDENT_OPS:
         what = _DATA_DEPENDENT_OPS[name]
@@ -390,6 +410,20 @@ def _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source) -
                 "cpu_op", op, where, f"CPU tensor: {op} creates a tensor on the CPU{at}", SUGGEST_GPU_TENSOR
             )
     return None
+
+
+def _library_suggestion(via: str, finding: SafetyFinding) -> str:
+    """What a user can do about a blocker inside a library they did not write."""
+    package = via.split(".", 1)[0]
+    if package == "transformers" and "mask" in via:
+        return (
+            "transformers inspects the attention mask on the host to pick its attention path: pass"
+            " attention_mask=None when nothing is padded, or use torch.compile, which splits its graph at the sync"
+        )
+    return (
+        f"the {finding.kind.replace('_', ' ')} is inside {package} ({via}), not in your code: look for an option of"
+        f" {package} that avoids it, or use torch.compile, which splits its graph there"
+    )
 
 
 def _storage_pointer(tensor: Any) -> int:

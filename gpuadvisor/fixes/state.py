@@ -1,0 +1,414 @@
+"""The state a step reads and writes: found, snapshotted, restored, compared (DESIGN.md, "Steps are stateful").
+
+Real steps write state: a decode step writes its KV cache (often inside a library cache object passed in the
+inputs, such as transformers' ``StaticCache``), a training step writes gradients, weights, optimizer moments
+and BatchNorm statistics. The numerics guard and the ``graphs`` fix both need to run a step and then put
+everything back as it was, so that no run sees state another run left.
+
+``collect_state({"model": model, "inputs": inputs})`` walks the objects a step can reach and returns a
+:class:`StateMap`: one :class:`Slot` per tensor, named by its path (``model.layers.0.mlp.up_proj.weight``,
+``inputs[2].layers[3].keys``, ``model.optimizer.state[17].exp_avg``, ``model.model.fc.weight.grad``). The walk
+visits, in a fixed order (so that two copies of one model get the same paths):
+
+- tensors (and the ``.grad`` of every leaf tensor that requires grad, present or not);
+- ``nn.Module``: its parameters, buffers and submodules, then its other attributes (a module may keep a tensor
+  or a cache object as a plain attribute);
+- ``torch.optim.Optimizer``: its per-parameter state (moments, momentum buffers, step counters), named by the
+  parameter's index in its param groups, present or not (a lazily created state is a slot that is absent);
+- dicts, lists and tuples (namedtuples too), and any other object's ``__dict__`` (a cache object's layers).
+
+A tensor reached twice (a tied weight, a cache buffer held by both a module and the cache object) is one slot,
+under the first path. The walk stops at ``MAX_DEPTH`` levels and ``MAX_OBJECTS`` objects, and does not enter
+modules, classes, functions or strings.
+
+A :class:`Snapshot` holds a detached clone of every slot (on the slot's device when it fits, else on the CPU,
+``None`` for an absent slot). ``restore`` writes it back **in place** (``copy_`` into the same tensor), because a
+CUDA graph reads state by address: an absent slot that exists now is emptied (a gradient set to ``None``; an
+optimizer's state tensor, which a captured graph may read, zeroed in place: torch's optimizers start their
+lazily created moments, momentum buffers and step counters from zero). ``changed(snapshot)`` names the slots
+whose value differs from the snapshot: the state the step writes.
+
+Python-side values (an int counter on a cache object) are not tensors and are not restored.
+Torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_DEPTH = 12  # model -> state object -> module tree -> cache -> layers -> tensor fits well inside
+MAX_OBJECTS = 200_000  # objects visited before the walk gives up on the rest (a model holding a data set)
+# Snapshots go on the tensors' device while the total leaves this fraction of free device memory.
+DEVICE_SNAPSHOT_FRACTION = 0.8
+
+_LEAF_TYPES = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice, memoryview)
+_OPAQUE_TYPES = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.CodeType,
+    types.FrameType,
+    types.GeneratorType,
+    property,
+)
+
+
+@dataclass
+class Slot:
+    """One piece of tensor state: a tensor itself, a leaf's ``.grad``, or one entry of an optimizer's state."""
+
+    path: str
+    kind: str  # "tensor" | "grad" | "optimizer"
+    tensor: Any = None  # kind "tensor": the tensor
+    owner: Any = None  # "grad": the parameter; "optimizer": the per-parameter state dict's owner (optimizer)
+    key: Any = None  # "optimizer": (parameter, state key)
+
+    def get(self) -> Any:
+        """The tensor now held here, or None when absent (no gradient yet, no optimizer state yet)."""
+        if self.kind == "tensor":
+            return self.tensor
+        if self.kind == "grad":
+            return self.owner.grad
+        parameter, name = self.key
+        value = self.owner.state.get(parameter, {}).get(name)
+        return value if _is_tensor(value) else None
+
+    def put(self, value: Any) -> None:
+        """Make the slot hold ``value`` (a tensor or None), in place where a tensor of that shape is there."""
+        import torch
+
+        current = self.get()
+        with torch.no_grad():
+            if value is None:
+                if current is None:
+                    return
+                if self.kind == "grad":
+                    self.owner.grad = None
+                else:  # a tensor or an optimizer state a captured graph may read by address: zero it in place
+                    current.zero_()
+                return
+            if current is not None and current.shape == value.shape and current.dtype == value.dtype:
+                if current.data_ptr() != value.data_ptr():
+                    current.copy_(value.to(current.device, non_blocking=False))
+                return
+            if self.kind == "tensor":  # a reshaped tensor cannot be written back in place: set its data
+                self.tensor.data = value.to(self.tensor.device).clone()
+            elif self.kind == "grad":
+                self.owner.grad = value.to(self.owner.device).clone()
+            else:
+                parameter, name = self.key
+                self.owner.state.setdefault(parameter, {})[name] = value.clone()
+
+
+@dataclass
+class Snapshot:
+    """Detached clones of every slot of a :class:`StateMap` (None for an absent slot)."""
+
+    values: dict[str, Any]
+    on_cpu: bool = False
+
+    def __getitem__(self, path: str) -> Any:
+        return self.values[path]
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.values
+
+
+@dataclass
+class StateMap:
+    """The slots of the state reachable from some roots, by path (see the module docstring)."""
+
+    slots: dict[str, Slot] = field(default_factory=dict)
+    truncated: bool = False  # the walk hit MAX_OBJECTS or MAX_DEPTH somewhere
+
+    def __iter__(self) -> Iterator[Slot]:
+        return iter(self.slots.values())
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.slots
+
+    def __getitem__(self, path: str) -> Slot:
+        return self.slots[path]
+
+    def tensors(self) -> list[tuple[str, Any]]:
+        """(path, tensor) of every slot that holds a tensor now."""
+        return [(slot.path, value) for slot in self if (value := slot.get()) is not None]
+
+    def nbytes(self, paths: Iterable[str] | None = None) -> int:
+        chosen = self.slots.values() if paths is None else [self.slots[p] for p in paths if p in self.slots]
+        total = 0
+        for slot in chosen:
+            value = slot.get()
+            if value is not None:
+                total += value.numel() * value.element_size()
+        return total
+
+    def snapshot(self, paths: Iterable[str] | None = None, *, device: str | None = None) -> Snapshot:
+        """Clone the slots (all, or ``paths``); on their own device while that fits, else on the CPU.
+
+        ``device="cpu"`` forces the CPU.
+        """
+        import torch
+
+        chosen = list(self.slots) if paths is None else [p for p in paths if p in self.slots]
+        on_cpu = device == "cpu"
+        if not on_cpu:
+            needed = self.nbytes(chosen)
+            for index in _cuda_devices(self, chosen):
+                free_bytes, _ = torch.cuda.mem_get_info(index)
+                if needed > DEVICE_SNAPSHOT_FRACTION * free_bytes:
+                    on_cpu = True
+        values: dict[str, Any] = {}
+        with torch.no_grad():
+            for path in chosen:
+                value = self.slots[path].get()
+                if value is None:
+                    values[path] = None
+                else:
+                    clone = value.detach().to("cpu", copy=True) if on_cpu else value.detach().clone()
+                    values[path] = clone
+        return Snapshot(values, on_cpu)
+
+    def restore(self, snapshot: Snapshot, paths: Iterable[str] | None = None) -> None:
+        """Write ``snapshot`` back into the slots (all it holds, or ``paths``), in place."""
+        chosen = snapshot.values if paths is None else [p for p in paths if p in snapshot.values]
+        for path in chosen:
+            if path in self.slots:
+                self.slots[path].put(snapshot.values[path])
+
+    def changed(self, snapshot: Snapshot) -> list[str]:
+        """Paths whose value differs from ``snapshot`` (appeared, vanished, reshaped or other values)."""
+        import torch
+
+        found = []
+        for path, before in snapshot.values.items():
+            slot = self.slots.get(path)
+            if slot is None:
+                continue
+            now = slot.get()
+            if before is None or now is None:
+                if (before is None) != (now is None):
+                    found.append(path)
+                continue
+            if now.shape != before.shape or now.dtype != before.dtype:
+                found.append(path)
+                continue
+            if not torch.equal(now.detach(), before.to(now.device)):
+                found.append(path)
+        return found
+
+    def load_from(self, other: StateMap, snapshot: Snapshot, paths: Iterable[str]) -> list[str]:
+        """Write ``snapshot`` (taken of ``other``) into this map's slots of the same paths; return the paths
+        that have no counterpart here (missing, or another shape or dtype)."""
+        missing = []
+        for path in paths:
+            if path not in snapshot.values:
+                continue
+            slot = self.slots.get(path)
+            value = snapshot.values[path]
+            if slot is None:
+                missing.append(path)
+                continue
+            current = slot.get()
+            reshaped = value is not None and current is not None and current.shape != value.shape
+            if reshaped or (value is not None and current is not None and current.dtype != value.dtype):
+                missing.append(path)
+                continue
+            if other.slots.get(path) is not None and _same_tensor(other.slots[path], slot):
+                continue  # shared with the other map: already restored there
+            slot.put(value)
+        return missing
+
+
+def _same_tensor(a: Slot, b: Slot) -> bool:
+    if a.kind != b.kind:
+        return False
+    if a.kind == "tensor":
+        return a.tensor is b.tensor
+    if a.kind == "grad":
+        return a.owner is b.owner
+    return a.owner is b.owner and a.key[0] is b.key[0]
+
+
+def _cuda_devices(state: StateMap, paths: list[str]) -> set[int]:
+    devices = set()
+    for path in paths:
+        value = state.slots[path].get()
+        if value is not None and value.is_cuda:
+            devices.add(value.device.index or 0)
+    return devices
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The walk
+
+
+def collect_state(roots: dict[str, Any]) -> StateMap:
+    """Every tensor slot reachable from ``roots`` ({"model": model, "inputs": inputs}), by path."""
+    import torch
+    from torch import nn
+
+    state = StateMap()
+    seen_objects: set[int] = set()
+    seen_tensors: set[int] = set()
+    budget = [MAX_OBJECTS]
+
+    def add(slot: Slot) -> None:
+        state.slots.setdefault(slot.path, slot)
+
+    def visit(value: Any, path: str, depth: int) -> None:
+        if isinstance(value, _LEAF_TYPES) or isinstance(value, _OPAQUE_TYPES):
+            return
+        if isinstance(value, torch.Tensor):
+            if id(value) in seen_tensors:
+                return
+            seen_tensors.add(id(value))
+            add(Slot(path, "tensor", tensor=value))
+            if value.is_leaf and value.requires_grad:
+                add(Slot(f"{path}.grad", "grad", owner=value))
+            return
+        if id(value) in seen_objects:
+            return
+        if depth > MAX_DEPTH or budget[0] <= 0:
+            state.truncated = True
+            return
+        seen_objects.add(id(value))
+        budget[0] -= 1
+        if isinstance(value, nn.Module):
+            for name, parameter in value._parameters.items():
+                if parameter is not None:
+                    visit(parameter, f"{path}.{name}", depth + 1)
+            for name, buffer in value._buffers.items():
+                if buffer is not None:
+                    visit(buffer, f"{path}.{name}", depth + 1)
+            for name, module in value._modules.items():
+                if module is not None:
+                    visit(module, f"{path}.{name}", depth + 1)
+            for name, item in vars(value).items():
+                if name.startswith("_") or name == "training":
+                    continue
+                visit(item, f"{path}.{name}", depth + 1)
+            return
+        if isinstance(value, torch.optim.Optimizer):
+            parameters = [p for group in value.param_groups for p in group["params"]]
+            keys: list[str] = []
+            for parameter in parameters:
+                for key, item in value.state.get(parameter, {}).items():
+                    if isinstance(item, torch.Tensor) and key not in keys:
+                        keys.append(key)
+            keys = keys or _lazy_state_keys(value)
+            for index, parameter in enumerate(parameters):
+                visit(parameter, f"{path}.param[{index}]", depth + 1)
+                for key in keys:
+                    add(Slot(f"{path}.state[{index}].{key}", "optimizer", owner=value, key=(parameter, key)))
+            return
+        if isinstance(value, dict):
+            for key, item in list(value.items()):
+                visit(item, f"{path}[{key!r}]", depth + 1)
+            return
+        if isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                visit(item, f"{path}[{index}]", depth + 1)
+            return
+        if isinstance(value, (set, frozenset)):
+            return  # unordered: no stable path
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            for name, item in list(attributes.items()):
+                if not name.startswith("__"):
+                    visit(item, f"{path}.{name}", depth + 1)
+
+    for name, root in roots.items():
+        visit(root, name, 0)
+    return state
+
+
+def _lazy_state_keys(optimizer: Any) -> list[str]:
+    """The state entries an optimizer creates on its first step (so an absent state is a slot too)."""
+    name = type(optimizer).__name__
+    defaults = optimizer.defaults
+    if name in ("Adam", "AdamW", "NAdam", "RAdam", "Adamax"):
+        keys = ["step", "exp_avg", "exp_avg_sq"]
+        if defaults.get("amsgrad"):
+            keys.append("max_exp_avg_sq")
+        return keys
+    if name == "SGD":
+        return ["momentum_buffer"] if defaults.get("momentum", 0) else []
+    if name == "RMSprop":
+        return ["step", "square_avg"] + (["momentum_buffer"] if defaults.get("momentum", 0) else [])
+    if name == "Adagrad":
+        return ["step", "sum"]
+    return []
+
+
+def optimizers_in(roots: dict[str, Any]) -> list[Any]:
+    """The torch optimizers reachable from ``roots`` (the same walk as collect_state, stopping at optimizers)."""
+    import torch
+    from torch import nn
+
+    found: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(value: Any, depth: int) -> None:
+        if isinstance(value, (_LEAF_TYPES, _OPAQUE_TYPES, torch.Tensor)) or id(value) in seen or depth > MAX_DEPTH:
+            return
+        seen.add(id(value))
+        if len(seen) > MAX_OBJECTS:
+            return
+        if isinstance(value, torch.optim.Optimizer):
+            found.append(value)
+            return
+        if isinstance(value, nn.Module):
+            items = [*value._modules.values(), *(v for k, v in vars(value).items() if not k.startswith("_"))]
+        elif isinstance(value, dict):
+            items = list(value.values())
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        else:
+            attributes = getattr(value, "__dict__", None)
+            items = list(attributes.values()) if isinstance(attributes, dict) else []
+        for item in items:
+            visit(item, depth + 1)
+
+    for root in roots.values():
+        visit(root, 0)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Comparing what two runs wrote
+
+
+def delta(after: Any, before: Any) -> Any:
+    """What a step wrote into one slot: ``after - before`` in float64 for floating state (``after`` when the slot
+    was absent before), ``after`` itself for integer and bool state (compared exactly)."""
+
+    if after is None:
+        return None
+    if not after.dtype.is_floating_point:
+        return after
+    after64 = after.detach().double()
+    if before is None or before.shape != after.shape:
+        return after64
+    return after64 - before.detach().to(after.device).double()
+
+
+def describe_paths(paths: list[str], limit: int = 3) -> str:
+    """The first ``limit`` paths, then how many more ("a, b, c and 4 more"), for a message."""
+    if len(paths) <= limit:
+        return ", ".join(paths)
+    return f"{', '.join(paths[:limit])} and {len(paths) - limit} more"
