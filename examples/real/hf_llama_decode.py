@@ -1,0 +1,119 @@
+"""One decode step of transformers' own ``LlamaForCausalLM`` with the library's ``StaticCache``.
+
+Full size (a CUDA machine): 8 layers, hidden 2048, 16 heads, 16 KV heads (no GQA), SwiGLU MLP 5632,
+vocab 32000, bf16, batch 1: about 542 M parameters with random weights (seed 0), nothing downloaded. The
+cache is a ``transformers.StaticCache`` of 1024 slots; ``build()`` runs a 100-token prompt into it, and the
+step decodes one token at position 100. The inputs are ``(input_ids [1, 1], cache_position [1], cache)``:
+the cache object travels in the inputs, as in a user's own generation loop, not inside the model.
+
+Since transformers 5 a static cache layer writes where its own ``cumulative_length`` counter points (a
+0-dim tensor on the device, advanced in place), not at a position passed to ``forward``. A profiler
+repeats the step hundreds of times, and the counter would run past the 1024 slots after 924 of them, so
+the step first sets each layer's counter to ``cache_position`` (one small copy per layer, no host sync)
+and passes the same position as ``position_ids``: every step writes slot 100 again and reads slots
+0..100, and two steps on the same inputs give the same logits.
+
+What a performance engineer would expect on an H200: the same model as examples/llama_decode.py, but
+through the library's code path (its attention dispatch, mask creation, rotary embedding, output
+dataclasses), and host-bound. Measured there with torch 2.11 and transformers 5.17: 419 kernels and about
+1.0 ms of GPU work per step, but about 12 ms per eager step, so the GPU idles most of the step waiting for
+Python; no host sync; the GEMVs are grids far below one wave of the SMs, and the RMSNorms (in float32),
+rotary embedding and SiLU-mul run as chains of small memory-bound kernels. The weights are about 1.08 GB,
+so the memory-bound floor is near 0.25 ms per token. A CUDA graph of the step (or torch.compile) is the
+fix that pays.
+
+GPUADVISOR_REAL_SIZE=small (the default without CUDA) picks a tiny configuration (float32 on the CPU,
+the same dtype as above on a GPU): 2 layers, hidden 64, 4 heads, MLP 176, vocab 256, a 32-slot cache, a
+10-token prompt.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+
+KIND = "decode"
+TOKENS_PER_STEP = 1  # batch 1, one new token per step
+
+
+def real_size() -> str:
+    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
+    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
+    if size in ("small", "full"):
+        return size
+    if size:
+        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
+    return "full" if torch.cuda.is_available() else "small"
+
+
+SIZE = real_size()
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32  # bf16 is slow on the CPU
+
+FULL = dict(
+    config=dict(
+        num_hidden_layers=8,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        intermediate_size=5632,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+    cache_len=1024,
+    prompt_len=100,
+)
+SMALL = dict(
+    config=dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=176,
+        vocab_size=256,
+        max_position_embeddings=64,
+    ),
+    cache_len=32,
+    prompt_len=10,
+)
+SIZES = FULL if SIZE == "full" else SMALL
+
+# transformers 5.24 renamed forward's ``past_key_values`` to ``cache`` (the old name still works, with a
+# deprecation warning); 5.17 knows only ``past_key_values``.
+CACHE_ARG = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+def build():
+    torch.manual_seed(0)
+    config = LlamaConfig(**SIZES["config"])
+    with torch.device(DEVICE):
+        model = LlamaForCausalLM(config)
+    model = model.to(DTYPE).eval()
+
+    cache = StaticCache(config=config, max_cache_len=SIZES["cache_len"])
+    prompt_len = SIZES["prompt_len"]
+    prompt = torch.randint(0, config.vocab_size, (1, prompt_len), device=DEVICE)
+    with torch.no_grad():
+        model(input_ids=prompt, use_cache=True, **{CACHE_ARG: cache})
+
+    # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
+    input_ids = torch.full((1, 1), config.vocab_size - 1, dtype=torch.long, device=DEVICE)
+    cache_position = torch.tensor([prompt_len], device=DEVICE)
+    return model, (input_ids, cache_position, cache)
+
+
+def step(model, inputs):
+    input_ids, cache_position, cache = inputs
+    # Write this step's keys and values at cache_position, whatever the earlier steps wrote (see above).
+    for layer in cache.layers:
+        layer.cumulative_length.copy_(cache_position[0])
+    with torch.no_grad():
+        return model(
+            input_ids=input_ids,
+            position_ids=cache_position.unsqueeze(0),
+            use_cache=True,
+            **{CACHE_ARG: cache},
+        ).logits

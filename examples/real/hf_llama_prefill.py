@@ -1,0 +1,89 @@
+"""One prefill forward of transformers' own ``LlamaForCausalLM``: a 64-token prompt, no cache.
+
+The same model as hf_llama_decode.py. Full size (a CUDA machine): 8 layers, hidden 2048, 16 heads, 16 KV
+heads, SwiGLU MLP 5632, vocab 32000, bf16, batch 1: about 542 M parameters with random weights (seed 0),
+nothing downloaded. The step is one ``forward`` of ``input_ids [1, 64]`` with ``use_cache=False`` under
+``torch.no_grad()``, and returns the logits ``[1, 64, 32000]``.
+
+What a performance engineer would expect on an H200: 64 tokens make every projection a GEMM with M = 64,
+about 69 GFLOP per step, too few rows to be compute-bound (reading the 1.08 GB of bf16 weights takes
+about 0.25 ms, the math about 0.1 ms at the dense bf16 peak), and the library's elementwise chains
+(RMSNorm in float32, rotary embedding, SiLU-mul, residual adds) stay unfused. Measured there with torch
+2.11 and transformers 5.17: 352 kernels and about 1.1 ms of GPU work per step, the GEMMs under half of
+it, but 7 to 10 ms per eager step: host-bound. The step has one host sync, in transformers' mask
+creation (masking_utils ``find_packed_sequence_indices``: ``(...).all()`` on the position ids it built
+itself, since none are passed). A CUDA graph pays once that sync is gone; fusion pays on the GPU time.
+
+GPUADVISOR_REAL_SIZE=small (the default without CUDA) picks a tiny configuration (float32 on the CPU,
+the same dtype as above on a GPU): 2 layers, hidden 64, 4 heads, MLP 176, vocab 256, a 16-token prompt.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+KIND = "prefill"
+
+
+def real_size() -> str:
+    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
+    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
+    if size in ("small", "full"):
+        return size
+    if size:
+        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
+    return "full" if torch.cuda.is_available() else "small"
+
+
+SIZE = real_size()
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32  # bf16 is slow on the CPU
+
+FULL = dict(
+    config=dict(
+        num_hidden_layers=8,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        intermediate_size=5632,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+    prompt_len=64,
+)
+SMALL = dict(
+    config=dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=176,
+        vocab_size=256,
+        max_position_embeddings=64,
+    ),
+    prompt_len=16,
+)
+SIZES = FULL if SIZE == "full" else SMALL
+TOKENS_PER_STEP = SIZES["prompt_len"]  # batch 1
+
+
+def build():
+    torch.manual_seed(0)
+    config = LlamaConfig(**SIZES["config"])
+    with torch.device(DEVICE):
+        model = LlamaForCausalLM(config)
+    model = model.to(DTYPE).eval()
+
+    input_ids = torch.randint(0, config.vocab_size, (1, SIZES["prompt_len"]), device=DEVICE)
+    # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
+    input_ids[0, -1] = config.vocab_size - 1
+    return model, (input_ids,)
+
+
+def step(model, inputs):
+    (input_ids,) = inputs
+    with torch.no_grad():
+        return model(input_ids=input_ids, use_cache=False).logits
