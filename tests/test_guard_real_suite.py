@@ -1,0 +1,279 @@
+"""The state-aware numerics guard on the real-model suite (examples/real/, small CPU configurations).
+
+Each suite file is a workload built from a library (transformers, timm, torchvision) the way users build
+them: a decode step with the library's cache object in the inputs, a training step with an optimizer and
+BatchNorm or dropout, plain inference. The guard must pass a correct fix over many fresh-input trials, leave
+every tensor of the user's state as it was, and roll back a planted wrong fix naming the tensor that diverged:
+one weight scaled by 1.01, one cache write skipped, one optimizer update skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuadvisor.fixes.base import Applied, Fix  # noqa: E402
+from gpuadvisor.fixes.numerics import check_numerics, fresh_inputs  # noqa: E402
+from gpuadvisor.fixes.registry import apply_fixes, register_fix, unregister_fix  # noqa: E402
+from gpuadvisor.fixes.state import collect_state  # noqa: E402
+from gpuadvisor.workload import Workload, load_workload  # noqa: E402
+
+SUITE = Path(__file__).resolve().parent.parent / "examples" / "real"
+FILES = sorted(path for path in SUITE.glob("*.py") if not path.name.startswith("_"))
+LIBRARIES = ("timm", "torchvision", "transformers")
+
+
+def kind_of(path: Path) -> str:
+    match = re.search(r'^KIND = "(\w+)"', path.read_text(), re.MULTILINE)
+    assert match, f"{path.name} has no KIND"
+    return match.group(1)
+
+
+def needs(path: Path) -> list[str]:
+    text = path.read_text()
+    return [name for name in LIBRARIES if re.search(rf"^(from|import) {name}\b", text, re.MULTILINE)]
+
+
+def load(path: Path, monkeypatch) -> Workload:
+    for library in needs(path):
+        if importlib.util.find_spec(library) is None:
+            pytest.skip(f"{path.name} needs {library}, which is not installed")
+        try:
+            __import__(library)
+        except Exception as error:  # timm without torchvision, torchvision beside a CPU torch build
+            pytest.skip(f"{path.name}: {library} does not import here ({type(error).__name__}: {error})")
+    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
+    return load_workload(str(path))
+
+
+def module_of(model):
+    """The nn.Module a workload's model is or holds (a training state holds the module and its optimizer)."""
+    if isinstance(model, torch.nn.Module):
+        return model
+    values = model.values() if isinstance(model, dict) else vars(model).values()
+    return next(value for value in values if isinstance(value, torch.nn.Module))
+
+
+def head_weight(module) -> tuple[str, torch.Tensor]:
+    """The output head's weight, so that scaling it moves the output: transformers' output embedding (which a
+    tied model shares with the input embedding), else the last 2-D floating parameter that is not all zeros
+    (torchvision's ViT starts its head at zeros)."""
+    names = {id(p): n for n, p in module.named_parameters()}
+    head = getattr(module, "get_output_embeddings", lambda: None)()
+    if head is not None and id(head.weight) in names:
+        return names[id(head.weight)], head.weight
+    candidates = [(n, p) for n, p in module.named_parameters() if p.dim() == 2 and p.is_floating_point()]
+    return [(n, p) for n, p in candidates if bool(p.detach().abs().sum() > 0)][-1]
+
+
+def state_values(workload: Workload) -> dict[str, torch.Tensor | None]:
+    state = collect_state({"model": workload.model, "inputs": workload.inputs})
+    return {slot.path: (None if (v := slot.get()) is None else v.detach().clone()) for slot in state}
+
+
+def assert_same_state(before: dict, workload: Workload) -> None:
+    after = state_values(workload)
+    assert after.keys() == before.keys()
+    for path, value in before.items():
+        now = after[path]
+        assert (value is None) == (now is None), f"{path} appeared or vanished"
+        if value is not None:
+            assert torch.equal(value, now), f"{path} changed"
+
+
+class Planted(Fix):
+    """A fix built from a function (workload -> patched workload), registered for one test."""
+
+    numerics = "model"
+
+    def __init__(self, fix_id: str, make):
+        self.id = fix_id
+        self.title = fix_id
+        self.make = make
+
+    def check(self, workload):
+        return None
+
+    def apply(self, workload):
+        return Applied(self.make(workload), [self.id])
+
+
+@pytest.fixture
+def planted():
+    registered = []
+
+    def plant(fix_id: str, make) -> str:
+        register_fix(Planted(fix_id, make))
+        registered.append(fix_id)
+        return fix_id
+
+    yield plant
+    for fix_id in registered:
+        unregister_fix(fix_id)
+
+
+def on_copy(workload: Workload) -> Workload:
+    """A correct fix that changes nothing but works on its own copy of the model (as fusion and graphs do)."""
+    return workload.with_model(copy.deepcopy(workload.model))
+
+
+def test_the_suite_has_every_kind_of_workload():
+    kinds = {path.name: kind_of(path) for path in FILES}
+    assert len(FILES) >= 8, sorted(kinds)
+    assert set(kinds.values()) == {"decode", "prefill", "train", "infer"}
+    assert sum(kind == "decode" for kind in kinds.values()) >= 2
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda path: path.stem)
+def test_a_correct_fix_passes_and_the_state_is_left_as_it_was(path, monkeypatch):
+    workload = load(path, monkeypatch)
+    workload.step_fn()  # the first call settles lazy state (an optimizer's moments, a cache's layers)
+    before = state_values(workload)
+    result = check_numerics(workload, on_copy(workload), "model", trials=5)
+    assert result.passed, result.detail
+    assert result.value is not None and result.value <= result.bound
+    assert_same_state(before, workload)
+    kind = kind_of(path)
+    if kind in ("decode", "train"):
+        assert "compared the state the step writes too" in result.detail, result.detail
+    if kind == "decode":
+        assert "inputs[2]" in result.detail  # the cache object in the inputs
+    if kind == "train":
+        assert ".weight" in result.detail or ".grad" in result.detail
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda path: path.stem)
+def test_one_weight_scaled_by_1_01_is_rolled_back_by_name(path, monkeypatch, planted):
+    workload = load(path, monkeypatch)
+    workload.step_fn()
+    name, _ = head_weight(module_of(workload.model))
+
+    def scale_one_weight(current: Workload) -> Workload:
+        model = copy.deepcopy(current.model)
+        with torch.no_grad():
+            dict(module_of(model).named_parameters())[name].mul_(1.01)
+        return current.with_model(model)
+
+    before = state_values(workload)
+    _, outcomes = apply_fixes(workload, [planted("scaled_weight", scale_one_weight)])
+    assert outcomes[0].status == "rolled_back", outcomes[0].reason
+    reason = outcomes[0].reason
+    if kind_of(path) == "train":
+        # The weight is state the step updates: the patched copy does not start from the original's state.
+        assert "does not start from the original's state" in reason and name in reason, reason
+    else:
+        assert re.search(r"rel-L2 of output\S* vs|output\S* is systematically scaled", reason), reason
+    assert_same_state(before, workload)
+
+
+DECODE = [path for path in FILES if kind_of(path) == "decode"]
+TRAIN = [path for path in FILES if kind_of(path) == "train"]
+
+
+@pytest.mark.parametrize("path", DECODE, ids=lambda path: path.stem)
+def test_a_skipped_cache_write_is_rolled_back_naming_the_cache_tensor(path, monkeypatch, planted):
+    workload = load(path, monkeypatch)
+    cache = workload.inputs[2]
+    keys = cache.layers[-1].keys
+
+    def skip_last_layer_write(current: Workload) -> Workload:
+        def step(model, inputs):
+            kept = inputs[2].layers[-1].keys.clone()
+            output = current.step(model, inputs)
+            inputs[2].layers[-1].keys.copy_(kept)  # the last layer's keys are never written
+            return output
+
+        return current.with_step(copy.deepcopy(current.model), step)
+
+    before = keys.clone()
+    _, outcomes = apply_fixes(workload, [planted("skipped_write", skip_last_layer_write)])
+    assert outcomes[0].status == "rolled_back", outcomes[0].reason
+    last = len(cache.layers) - 1
+    assert f"state inputs[2].layers[{last}].keys" in outcomes[0].reason, outcomes[0].reason
+    assert torch.equal(keys, before)
+
+
+@pytest.mark.parametrize("path", DECODE, ids=lambda path: path.stem)
+def test_decode_inputs_stay_inside_the_cache_and_the_vocabulary(path, monkeypatch):
+    workload = load(path, monkeypatch)
+    input_ids, position, cache = workload.inputs
+    vocab = module_of(workload.model).config.vocab_size
+    slots = cache.layers[0].keys.shape[-2]
+    for seed in range(20):
+        ids, fresh_position, fresh_cache = fresh_inputs(workload.inputs, seed)
+        assert fresh_cache is cache  # the cache object is state, not an input to redraw
+        assert 0 <= int(ids.min()) and int(ids.max()) < vocab
+        assert 0 <= int(fresh_position.min()) and int(fresh_position.max()) <= int(position.max()) < slots
+
+
+@pytest.mark.parametrize("path", TRAIN, ids=lambda path: path.stem)
+def test_a_skipped_optimizer_update_is_rolled_back_naming_the_weight(path, monkeypatch, planted):
+    workload = load(path, monkeypatch)
+    workload.step_fn()
+
+    def no_update(current: Workload) -> Workload:
+        def step(state, inputs):
+            optimizers = [v for v in vars(state).values() if isinstance(v, torch.optim.Optimizer)]
+            original_step = optimizers[0].step
+            optimizers[0].step = lambda *args, **kwargs: None
+            try:
+                return current.step(state, inputs)
+            finally:
+                optimizers[0].step = original_step
+
+        return current.with_step(copy.deepcopy(current.model), step)
+
+    before = state_values(workload)
+    _, outcomes = apply_fixes(workload, [planted("no_update", no_update)])
+    assert outcomes[0].status == "rolled_back", outcomes[0].reason
+    reason = outcomes[0].reason
+    assert re.search(r"state model\.\S+ ", reason), reason  # a weight or an optimizer moment, by path
+    assert_same_state(before, workload)
+
+
+def test_dropout_in_train_mode_is_judged_with_one_seed_and_says_so(monkeypatch):
+    path = SUITE / "hf_bert_finetune_amp.py"
+    workload = load(path, monkeypatch)
+    assert module_of(workload.model).training  # dropout is on
+    workload.step_fn()
+    result = check_numerics(workload, on_copy(workload), "model", trials=3)
+    assert result.passed, result.detail
+    assert "draws random numbers" in result.detail
+
+
+def test_sampling_from_an_unseeded_generator_is_refused_as_not_deterministic(monkeypatch):
+    workload = load(SUITE / "hf_llama_decode.py", monkeypatch)
+    sampler = torch.Generator().manual_seed(1)  # its own generator: manual_seed does not reach it
+
+    def sample(model, inputs):
+        logits = workload.step(model, inputs)
+        probabilities = torch.softmax(logits[:, -1].float(), dim=-1)
+        return torch.multinomial(probabilities, 4, replacement=True, generator=sampler).float()
+
+    sampling = workload.with_step(workload.model, sample)
+    result = check_numerics(sampling, on_copy(sampling), "model", trials=2)
+    assert not result.passed
+    assert "not deterministic" in result.detail and "output" in result.detail, result.detail
+
+
+def test_a_uniform_scale_hidden_under_bf16_noise_is_caught_by_its_projection():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    model = model.bfloat16().eval().requires_grad_(False)
+    inputs = (torch.randn(32, 64, dtype=torch.bfloat16),)
+    original = Workload("mlp.py", model, inputs, lambda: model(*inputs), None, "mlp")
+
+    def scaled(m, x):  # 0.5% too large everywhere: inside bf16's 1e-2 rel-L2 bound
+        return m(*x) * 1.005
+
+    same = check_numerics(original, on_copy(original), "model")
+    assert same.passed and "systematic scale +0.0e+00" in same.detail, same.detail
+    result = check_numerics(original, original.with_step(copy.deepcopy(model), scaled), "model")
+    assert result.value <= result.bound  # rel-L2 alone would pass it
+    assert not result.passed and "output is systematically scaled" in result.detail and "1.005" in result.detail
