@@ -277,3 +277,54 @@ def test_a_uniform_scale_hidden_under_bf16_noise_is_caught_by_its_projection():
     result = check_numerics(original, original.with_step(copy.deepcopy(model), scaled), "model")
     assert result.value <= result.bound  # rel-L2 alone would pass it
     assert not result.passed and "output is systematically scaled" in result.detail and "1.005" in result.detail
+
+
+def test_library_host_syncs_that_do_not_depend_on_the_inputs_are_baked_not_refused(monkeypatch):
+    from gpuadvisor.fixes.graphs import GraphsFix
+    from gpuadvisor.fixes.safety import analyze_step
+
+    # transformers checks for packed sequences in the position ids it derives from the input's shape: the
+    # same answer for any token ids, so a graph can keep the path it picks.
+    prefill = load(SUITE / "hf_llama_prefill.py", monkeypatch)
+    analysis = analyze_step(prefill)
+    assert analysis.findings == [], [finding.reason for finding in analysis.findings]
+    assert analysis.baked_syncs and all(where.startswith("transformers.") for where in analysis.baked_where)
+    refusal = GraphsFix().check(prefill)  # on the CPU only the device is missing
+    assert refusal is not None and refusal.reason.startswith("needs a CUDA device")
+
+    # BERT's all-ones mask check answers differently on a random mask: refused, with what the user can do.
+    bert = load(SUITE / "hf_bert_classifier.py", monkeypatch)
+    analysis = analyze_step(bert)
+    assert analysis.baked_syncs == []
+    first = analysis.findings[0]
+    assert first.kind == "host_sync" and "inside transformers." in first.reason
+    assert "attention_mask=None" in first.suggestion
+
+
+def test_a_host_sync_in_the_users_own_code_is_never_baked():
+    from gpuadvisor.fixes.safety import analyze_step
+
+    class Gate(torch.nn.Module):
+        def forward(self, x):
+            if x.abs().sum() > -1:  # always true, but the user's own data-dependent branch
+                return x * 2
+            return x
+
+    workload = Workload("gate.py", Gate(), (torch.randn(8),), lambda: None, None, "gate")
+    analysis = analyze_step(workload)
+    assert analysis.baked_syncs == [] and analysis.findings[0].kind == "host_sync"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_torch_tensor_on_the_gpu_inside_the_step_is_refused_by_line():
+    from gpuadvisor.fixes.graphs import GraphsFix
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.tensor(0.5, device=x.device)  # a pageable host copy every call
+
+    workload = Workload("scale.py", Scale().cuda(), (torch.randn(8, device="cuda"),), lambda: None, None, "s")
+    refusal = GraphsFix().check(workload)
+    assert refusal is not None and "torch.tensor(...) on the GPU copies host data" in refusal.reason
+    assert "test_guard_real_suite.py:" in refusal.reason

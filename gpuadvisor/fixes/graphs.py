@@ -204,15 +204,35 @@ class GraphsFix(Fix):
         before = state.snapshot()
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())
+        from gpuadvisor.fixes.safety import SyncRecorder, SyncReplay
+
+        recorder = SyncRecorder()
         with torch.cuda.stream(side_stream):
-            for _ in range(WARMUP_STEPS):
-                workload.step(model, static_inputs)
+            for index in range(WARMUP_STEPS):
+                if index == WARMUP_STEPS - 1 and analysis.baked_syncs:
+                    with recorder:
+                        workload.step(model, static_inputs)
+                else:
+                    workload.step(model, static_inputs)
         torch.cuda.current_stream().wait_stream(side_stream)
         torch.cuda.synchronize()
 
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # a private memory pool for this graph
-            static_output = workload.step(model, static_inputs)
+        if analysis.baked_syncs:
+            # Library host syncs that take the same values for any input of these shapes (checked on fresh
+            # inputs by the analysis; the numerics guard checks fresh inputs again): answered from the warm-up
+            # during capture, where a sync would raise, so the graph keeps the path they chose.
+            replay = SyncReplay(recorder.values)
+            with torch.cuda.graph(graph), replay:
+                static_output = workload.step(model, static_inputs)
+            where = ", ".join(analysis.baked_where[:2]) + (", ..." if len(analysis.baked_where) > 2 else "")
+            changes.append(
+                f"{len(recorder.values)} host sync(s) inside {where} baked into the graph: they took the same"
+                " values on the example and on fresh inputs, so they choose a fixed path for these shapes"
+            )
+        else:
+            with torch.cuda.graph(graph):  # a private memory pool for this graph
+                static_output = workload.step(model, static_inputs)
         torch.cuda.synchronize()
         grads = [(slot.owner, slot.owner.grad) for slot in state if slot.kind == "grad" and slot.get() is not None]
         state.restore(before, [path for path in before.values if state[path].kind != "grad"])

@@ -516,8 +516,11 @@ def _verdict_without_numbers(policy: str, detail: str) -> NumericsResult:
 # its rel-L2 against the model's own precision noise: bf16 rounding is unbiased, so over >= 1,024 elements its
 # projection onto the output is ~ rel-L2 / sqrt(n) (1.4e-2 / sqrt(32,000) = 8e-5 for a decode step's logits on
 # the H200), while a weight scaled by 1.01 in the output head gives 1e-2, under the 2.8e-2 rel-L2 bound there.
+# The bound is the larger of that and DRIFT_SIGMAS x the noise's own projection (rel-L2 / sqrt(n), n the nonzero
+# elements): a KV-cache write of 512 elements under fused kernels drifted 2.2e-3 on the H200 with rel-L2 1.5e-2.
 MAX_SCALE_DRIFT = 2e-3
-MIN_DRIFT_ELEMENTS = 1024
+DRIFT_SIGMAS = 6.0
+MIN_DRIFT_ELEMENTS = 256
 # A step whose two runs from the same state, inputs and seed differ by more than this cannot be judged:
 # a fix's error would hide in the step's own scatter (dropout without a seed it honours, sampling from
 # another generator, atomics on a reduction that changes every run).
@@ -550,7 +553,7 @@ def _judge(
         )
     worst_value: float | None = None
     worst_path = ""
-    worst_drift: tuple[float, str] | None = None
+    worst_drift: tuple[float, str, float] | None = None  # (drift, path, its bound)
     reference_error: float | None = None
     compared = 0
     for trial in trials:
@@ -603,10 +606,14 @@ def _judge(
             worse = worst_value is None or (value < worst_value if policy == "fp8" else value > worst_value)
             if worse:
                 worst_value, worst_path = value, path
-            if policy == "model" and expected.numel() >= MIN_DRIFT_ELEMENTS:
+            support = int((expected[finite] != 0).sum().item()) if policy == "model" else 0
+            if support >= MIN_DRIFT_ELEMENTS:
                 drift = scale_drift(actual[finite], expected[finite])
-                if worst_drift is None or abs(drift) > abs(worst_drift[0]):
-                    worst_drift = (drift, path)
+                # Rounding noise of rel-L2 e over n elements projects onto the output as ~ e / sqrt(n).
+                noise_drift = DRIFT_SIGMAS * relative_l2(actual[finite], expected[finite]) / math.sqrt(support)
+                allowed = max(MAX_SCALE_DRIFT, noise_drift)
+                if worst_drift is None or abs(drift) / allowed > abs(worst_drift[0]) / worst_drift[2]:
+                    worst_drift = (drift, path, allowed)
     if compared == 0:
         return verdict(
             False,
@@ -625,7 +632,7 @@ def _judge(
         return verdict(passed, detail, worst_value, FP8_MIN_SQNR_DB)
     drift_note = ""
     if worst_drift is not None:
-        drift_note = f"; systematic scale {worst_drift[0]:+.1e} in {worst_drift[1]} (bound +/-{MAX_SCALE_DRIFT:g})"
+        drift_note = f"; systematic scale {worst_drift[0]:+.1e} in {worst_drift[1]} (bound +/-{worst_drift[2]:.1e})"
     floor = NOISE_FACTOR * noise[0] if noise is not None else 0.0
     if reference_error is not None:
         bound = max(REFERENCE_FACTOR * reference_error, fixed_bound, floor)
@@ -642,12 +649,12 @@ def _judge(
             f"{noise_note}{drift_note}"
         )
         result = verdict(worst_value <= bound, detail, worst_value, bound)
-    if result.passed and worst_drift is not None and abs(worst_drift[0]) > MAX_SCALE_DRIFT:
+    if result.passed and worst_drift is not None and abs(worst_drift[0]) > worst_drift[2]:
         result.passed = False
         result.detail = (
             f"{worst_drift[1]} is systematically scaled against the original's: {1 + worst_drift[0]:.4f} x"
-            f" (its projection onto the original's; unbiased rounding noise has none; bound +/-{MAX_SCALE_DRIFT:g}),"
-            f" though its {detail}"
+            f" (its projection onto the original's, bound +/-{worst_drift[2]:.1e}: unbiased rounding noise"
+            f" projects to ~rel-L2 / sqrt(n)), though its {detail}"
         )
     return result
 

@@ -64,6 +64,7 @@ SUGGEST_FIXED_SHAPE = (
 SUGGEST_GPU_TENSOR = "create the tensor on the GPU: torch.zeros(..., device=x.device)"
 SUGGEST_INPUT_ON_GPU = "return the inputs on the GPU from build() (a graph replays a copy from the same host buffer)"
 SUGGEST_PAD = "pad inputs to a fixed shape (or capture one graph per shape)"
+BAKE_CHECK_SEED = 7_919  # the fresh inputs on which a library's host syncs must take the example's values
 
 
 @dataclass
@@ -95,6 +96,10 @@ class StepAnalysis:
     writes_state: list[str] = field(default_factory=list)  # names of parameters/buffers written in place
     model_device: str | None = None  # "cuda:0", "cpu", or None for a model without tensors
     ran_on_copy: bool = True
+    # Host syncs inside libraries whose values were the same on the example and on fresh inputs, in call order
+    # (the graphs fix replays them during capture instead of syncing), and the library functions they are in.
+    baked_syncs: list[Any] = field(default_factory=list)
+    baked_where: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -289,11 +294,13 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
             super().__init__()
             self.records: list[_OpRecord] = []
             self.findings: list[SafetyFinding] = []
+            self.syncs: list[tuple[str, Any, SafetyFinding | None]] = []  # (library function, value, finding)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             result = func(*args, **kwargs)
             where, source, via = _user_frame(library_folders)
+            is_sync = func._schema.name.endswith("::_local_scalar_dense")
             if via:  # the op ran inside a library called from the user's line: say so, the line alone misleads
                 source = ""
                 where = f"{where} (inside {via})" if where else f"inside {via}"
@@ -310,16 +317,32 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
                 if via:
                     finding.suggestion = _library_suggestion(via, finding)
                 self.findings.append(finding)
+            if is_sync:
+                self.syncs.append((via, result, finding))
             return result
 
     step_fn = _make_step_fn(workload.step, model, inputs, workload.path)
     recorders = []
+    fresh_syncs = None
     try:
         for _ in range(runs):
             recorder = Recorder()
             with recorder:
                 step_fn()
             recorders.append(recorder)
+        if recorders[-1].syncs and all(via for via, _, _ in recorders[-1].syncs):
+            # Host syncs inside a library (transformers' mask checks): do they take the same values on fresh
+            # inputs? Then they pick a fixed path for these shapes and can be baked into a graph.
+            from gpuadvisor.fixes.numerics import fresh_inputs
+
+            fresh = Recorder()
+            try:
+                fresh_step = _make_step_fn(workload.step, model, fresh_inputs(inputs, BAKE_CHECK_SEED), workload.path)
+                with fresh:
+                    fresh_step()
+                fresh_syncs = fresh.syncs
+            except Exception:  # the step may reject random inputs: then nothing is baked
+                fresh_syncs = None
     finally:
         if before is not None:
             reachable.restore(before)
@@ -329,8 +352,19 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
 
     # The last run decides: what happens only in the first call (lazy initialization such as an optimizer
     # creating its state, a module building a cache) happens during the graph's warm-up, not in the capture.
+    last_syncs = recorders[-1].syncs
+    values = [_plain(value) for _, value, _ in last_syncs]
+    if fresh_syncs is not None and [_plain(value) for _, value, _ in fresh_syncs] == values:
+        # The same values for the example and for fresh inputs, all inside libraries: bakeable.
+        bakeable = {id(finding) for _, _, finding in last_syncs if finding is not None}
+        analysis.baked_syncs = values
+        analysis.baked_where = list(dict.fromkeys(via for via, _, _ in last_syncs))
+    else:
+        bakeable = set()
     seen: set[tuple[str, str | None]] = set()
     for finding in recorders[-1].findings:
+        if id(finding) in bakeable:
+            continue
         key = (finding.kind, finding.where if finding.where else finding.op)
         if key not in seen:
             seen.add(key)
@@ -377,6 +411,16 @@ def _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source) -
                     f"copy of {what} {memory} CPU tensor to the GPU inside the step{at} ({op})",
                     SUGGEST_INPUT_ON_GPU if source_tensor.dim() else SUGGEST_GPU_TENSOR,
                 )
+    if name == "lift_fresh" and on_cuda and isinstance(result, torch.Tensor) and result.is_cuda:
+        # torch.tensor(data, device="cuda"): the data is put in a pageable host tensor and copied below the
+        # dispatcher, so no copy op is seen; the capture raises on that copy.
+        return SafetyFinding(
+            "host_to_device_copy",
+            op,
+            where,
+            f"torch.tensor(...) on the GPU copies host data from pageable memory inside the step{at} ({op})",
+            "build the tensor once outside the step (a buffer), or use torch.full(..., device=...)",
+        )
     if name in _DATA_DEPENDENT_OPS:
         what = _DATA_DEPENDENT_OPS[name]
         return SafetyFinding(
@@ -410,6 +454,59 @@ def _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source) -
                 "cpu_op", op, where, f"CPU tensor: {op} creates a tensor on the CPU{at}", SUGGEST_GPU_TENSOR
             )
     return None
+
+
+def _plain(value: Any) -> Any:
+    """A sync's value as a plain Python number (NaN compares equal to NaN here)."""
+    if isinstance(value, float) and value != value:
+        return "nan"
+    return value
+
+
+class SyncRecorder:
+    """A dispatch mode that records the values of the step's host syncs (``aten._local_scalar_dense``)."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class _Recorder(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.values: list[Any] = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                if func._schema.name.endswith("::_local_scalar_dense"):
+                    self.values.append(result)
+                return result
+
+        return _Recorder()
+
+
+class SyncReplay:
+    """A dispatch mode that answers the step's host syncs with recorded values instead of syncing: inside a
+    CUDA graph capture, a sync would raise; the values were checked to be the same for fresh inputs."""
+
+    def __new__(cls, values: list[Any]):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class _Replay(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.values = list(values)
+                self.used = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func._schema.name.endswith("::_local_scalar_dense"):
+                    if self.used >= len(self.values):
+                        raise RuntimeError(
+                            f"the step made more host syncs during capture than the {len(self.values)} recorded"
+                        )
+                    self.used += 1
+                    return self.values[self.used - 1]
+                return func(*args, **(kwargs or {}))
+
+        return _Replay()
 
 
 def _library_suggestion(via: str, finding: SafetyFinding) -> str:
