@@ -328,3 +328,24 @@ def test_torch_tensor_on_the_gpu_inside_the_step_is_refused_by_line():
     refusal = GraphsFix().check(workload)
     assert refusal is not None and "torch.tensor(...) on the GPU copies host data" in refusal.reason
     assert "test_guard_real_suite.py:" in refusal.reason
+
+
+def test_a_fix_that_ran_the_step_on_its_own_copy_is_no_false_alarm():
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(8, 4))
+
+        def forward(self, x, position):
+            self.cache.index_copy_(0, position, x)
+            return self.cache.sum(0) * 2
+
+    model = Cache()
+    inputs = (torch.randn(1, 4), torch.tensor([3]))
+    original = Workload("cache.py", model, inputs, lambda: None, None, "cache")
+    patched_model = copy.deepcopy(model)
+    patched_model(*inputs)  # a fix recording what its modules get writes the copy's cache once
+    result = check_numerics(original, original.with_model(patched_model), "model", trials=3)
+    assert result.passed, result.detail
+    assert "state model.cache" in result.detail or "model.cache" in result.detail
+    assert torch.equal(model.cache, torch.zeros(8, 4))  # the user's cache as it was

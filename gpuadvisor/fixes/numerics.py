@@ -353,10 +353,19 @@ def check_numerics(
 
 
 def _start_differs(patched_state: Any, patched_start: Any, start: Any, paths: list[str]) -> tuple[str, float] | None:
-    """The first state slot the original step writes whose value in the patched workload's own copy differs from
-    the original's before any step (gradients left out: a step overwrites them, a captured graph's are unset)."""
+    """The first weight or optimizer state the original step writes (a training step's) whose value in the
+    patched workload's own copy differs from the original's before any step.
+
+    Buffers are left out: a fix may run the step once on its copy to record what the modules get (fusion
+    does), which writes a cache; S is loaded into them before each trial anyway. Gradients are left out too:
+    a step overwrites them, and a captured graph's are unset."""
+    import torch
+
     for path in paths:
-        if path not in patched_start or patched_state[path].kind == "grad":
+        if path not in patched_start:
+            continue
+        slot = patched_state[path]
+        if slot.kind == "grad" or (slot.kind == "tensor" and not isinstance(slot.tensor, torch.nn.Parameter)):
             continue
         mine, theirs = patched_start[path], start[path]
         if mine is None or theirs is None or mine.shape != theirs.shape or mine.dtype != theirs.dtype:
