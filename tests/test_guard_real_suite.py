@@ -349,3 +349,33 @@ def test_a_fix_that_ran_the_step_on_its_own_copy_is_no_false_alarm():
     assert result.passed, result.detail
     assert "state model.cache" in result.detail or "model.cache" in result.detail
     assert torch.equal(model.cache, torch.zeros(8, 4))  # the user's cache as it was
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graphs_captures_an_adamw_training_step_and_leaves_the_users_optimizer_alone():
+    from gpuadvisor.fixes.graphs import GraphsFix
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64), torch.nn.Linear(64, 4)).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    state = {"model": model, "optimizer": optimizer}
+
+    def train(state, inputs):
+        x, y = inputs
+        state["optimizer"].zero_grad()
+        loss = torch.nn.functional.cross_entropy(state["model"](x), y)
+        loss.backward()
+        state["optimizer"].step()
+        return loss.detach()
+
+    inputs = (torch.randn(32, 64, device="cuda"), torch.tensor([3] * 31 + [0], device="cuda"))
+    workload = Workload("train.py", state, inputs, lambda: None, None, "train").with_step(state, train)
+    workload.step_fn()
+    assert GraphsFix().check(workload) is None
+    assert optimizer.param_groups[0]["capturable"] is False  # check() put it back
+    _, outcomes = apply_fixes(workload, ["graphs"])
+    assert outcomes[0].status == "applied", outcomes[0].reason
+    assert any("capturable=True" in change for change in outcomes[0].changes)
+    result = check_numerics(workload, workload, "model")  # the guard's own machinery on the same state
+    assert result.passed

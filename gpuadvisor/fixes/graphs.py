@@ -149,10 +149,16 @@ class GraphsFix(Fix):
         elif device is None or not device.startswith("cuda"):
             no_cuda = f"needs a CUDA device (the model is on {device or 'no device: it holds no tensors'})"
 
+        undo: list = []
         if no_cuda is None:
-            # What apply will do before capturing: a capturable optimizer reads no step count on the host.
-            make_capturable({"model": workload.model})
-        analysis = self.analysis(workload)
+            # Analyze what apply will capture: a capturable optimizer reads no step count on the host. The
+            # user's optimizer is put back afterwards (apply switches the one it captures).
+            make_capturable({"model": workload.model}, undo)
+        try:
+            analysis = self.analysis(workload)
+        finally:
+            for revert in reversed(undo):
+                revert()
         findings = analysis.findings
         details = [finding.reason for finding in findings]
         if not findings:
@@ -259,13 +265,13 @@ def private_copy_or_none(model: Any) -> Any:
         return None
 
 
-def make_capturable(roots: dict[str, Any]) -> list[str]:
+def make_capturable(roots: dict[str, Any], undo: list | None = None) -> list[str]:
     """Set ``capturable=True`` on the CUDA optimizers reachable from ``roots`` that have the option and lack it,
     moving their step counters to the GPU; return one line per optimizer changed.
 
     A non-capturable Adam/AdamW keeps its step count on the CPU and reads it with ``.item()``: a graph would
     bake the count in, and PyTorch refuses to capture it. The capturable form computes the same update on the
-    GPU.
+    GPU. ``undo``, when given, receives one function per change that puts it back.
     """
     import torch
 
@@ -279,12 +285,17 @@ def make_capturable(roots: dict[str, Any]) -> list[str]:
         if not groups or any(p.device.type != "cuda" for group in groups for p in group["params"]):
             continue
         for group in groups:
+            previous = group.get("capturable")
             group["capturable"] = True
+            if undo is not None:
+                undo.append(lambda group=group, previous=previous: group.__setitem__("capturable", previous))
             for parameter in group["params"]:
                 entry = optimizer.state.get(parameter)
                 step = entry.get("step") if entry else None
                 if isinstance(step, torch.Tensor) and step.device != parameter.device:
                     entry["step"] = step.to(parameter.device, torch.float32)
+                    if undo is not None:
+                        undo.append(lambda entry=entry, step=step: entry.__setitem__("step", step))
         changes.append(
             f"{type(optimizer).__name__}: capturable=True (its step counters on the GPU, as a CUDA graph needs)"
         )
