@@ -19,13 +19,17 @@ shapes and addresses, no data-dependent control flow):
 The host-sync, data-dependent-shape and changing-shape checks work on a CPU model too (they look at the
 ops, not at the device), so CI sees the same reasons as the H200.
 
-The analysis runs the user's step, which may write model state (a KV cache, an optimizer step). It runs
-on a private deep copy of the model where memory allows (always on the CPU; on CUDA when free memory
-holds another copy of the parameters and buffers), so the user's model is left as it was; otherwise it
-runs on the model itself, which is harmless for a step that writes its state idempotently (the same
-slots with the same values, as a decode step at a fixed position does). It also records which
-parameters and buffers the step writes in place (``writes_state``), which tells the graphs fix whether
-it must capture on a copy.
+The analysis runs the user's step, which may write state (a KV cache, an optimizer step). It runs on a
+private deep copy of the model and its inputs together (so a cache object in the inputs is copied too)
+where memory allows; otherwise, or when they cannot be deep-copied (a buffer with autograd history), on
+the workload's own state, which ``gpuadvisor.fixes.state`` snapshots first and restores after. It also
+records which state tensors the step writes in place (``writes_state``, by path).
+
+Host syncs inside a library (the innermost library frame is not the user's) whose values are the same
+on the example inputs and on fresh ones are not findings: they pick a fixed path for these shapes
+(transformers' packed-sequence check on position ids it derives from the shape), and the graphs fix
+answers them from its warm-up during capture (``baked_syncs``). One whose value changes with the inputs
+(an all-ones attention-mask check) stays a finding, with what the user can do about it.
 
 The model-state helpers (``state_tensors``, ``state_bytes``, ``model_device``, ``private_copy``) live here
 because the numerics guard and the graphs fix ask the same questions about a model. Torch is imported
