@@ -294,7 +294,9 @@ def check_numerics(
                 if extra_writes:
                     break
         finally:
-            original_state.restore(start, list(written))
+            # Everything back, not only what the original writes: a patched step that wrote more (the failure
+            # reported below) may have written into state the two share.
+            original_state.restore(start)
             patched_state.restore(patched_start)
 
         if moved:
@@ -574,8 +576,8 @@ def _judge(
         state_original, state_patched, state_reference = trial["state"]
         original = [*original, *state_original]
         patched = [*patched, *state_patched]
-        reference = [*reference, *state_reference] if reference is not None else None
-        for index, ((path, expected), (_, actual)) in enumerate(zip(original, patched)):
+        reference = dict([*reference, *state_reference]) if reference is not None else None
+        for (path, expected), (_, actual) in zip(original, patched):
             if expected is None or actual is None:
                 continue
             if expected.shape != actual.shape or expected.dtype.is_floating_point != actual.dtype.is_floating_point:
@@ -600,7 +602,7 @@ def _judge(
                     parity=False,
                 )
             finite = torch.isfinite(expected)
-            ref_tensor = reference[index][1] if reference is not None else None
+            ref_tensor = reference.get(path) if reference is not None else None
             if ref_tensor is not None and ref_tensor.shape == expected.shape:
                 ref_tensor = ref_tensor.to(expected.device)
                 finite = finite & torch.isfinite(ref_tensor)
