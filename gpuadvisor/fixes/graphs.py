@@ -178,7 +178,7 @@ class GraphsFix(Fix):
     def apply(self, workload: Any) -> Applied:
         import torch
 
-        from gpuadvisor.fixes.safety import copy_fits
+        from gpuadvisor.fixes.safety import SyncRecorder, SyncReplay, copy_fits
         from gpuadvisor.fixes.state import collect_state
 
         analysis = self.analysis(workload)
@@ -210,8 +210,6 @@ class GraphsFix(Fix):
         before = state.snapshot()
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())
-        from gpuadvisor.fixes.safety import SyncRecorder, SyncReplay
-
         recorder = SyncRecorder()
         with torch.cuda.stream(side_stream):
             for index in range(WARMUP_STEPS):
