@@ -20,22 +20,11 @@ the same dtype as above on a GPU): 2 layers, hidden 64, 4 heads, MLP 176, vocab 
 
 from __future__ import annotations
 
-import os
-
 import torch
+from _real import build_prefill, prefill_step, real_size
 from transformers import LlamaConfig, LlamaForCausalLM
 
 KIND = "prefill"
-
-
-def real_size() -> str:
-    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
-    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
-    if size in ("small", "full"):
-        return size
-    if size:
-        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
-    return "full" if torch.cuda.is_available() else "small"
 
 
 SIZE = real_size()
@@ -73,17 +62,7 @@ TOKENS_PER_STEP = SIZES["prompt_len"]  # batch 1
 def build():
     torch.manual_seed(0)
     config = LlamaConfig(**SIZES["config"])
-    with torch.device(DEVICE):
-        model = LlamaForCausalLM(config)
-    model = model.to(DTYPE).eval()
-
-    input_ids = torch.randint(0, config.vocab_size, (1, SIZES["prompt_len"]), device=DEVICE)
-    # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
-    input_ids[0, -1] = config.vocab_size - 1
-    return model, (input_ids,)
+    return build_prefill(LlamaForCausalLM, config, prompt_len=SIZES["prompt_len"], device=DEVICE, dtype=DTYPE)
 
 
-def step(model, inputs):
-    (input_ids,) = inputs
-    with torch.no_grad():
-        return model(input_ids=input_ids, use_cache=False).logits
+step = prefill_step

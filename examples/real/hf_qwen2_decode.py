@@ -27,24 +27,12 @@ the same dtype as above on a GPU): 2 layers, hidden 64, 4 heads, 2 KV heads, MLP
 
 from __future__ import annotations
 
-import inspect
-import os
-
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, StaticCache
+from _real import build_decode, decode_step, real_size
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 KIND = "decode"
 TOKENS_PER_STEP = 1  # batch 1, one new token per step
-
-
-def real_size() -> str:
-    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
-    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
-    if size in ("small", "full"):
-        return size
-    if size:
-        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
-    return "full" if torch.cuda.is_available() else "small"
 
 
 SIZE = real_size()
@@ -79,39 +67,18 @@ SMALL = dict(
 )
 SIZES = FULL if SIZE == "full" else SMALL
 
-# transformers 5.24 renamed forward's ``past_key_values`` to ``cache`` (the old name still works, with a
-# deprecation warning); 5.17 knows only ``past_key_values``.
-CACHE_ARG = "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
-
 
 def build():
     torch.manual_seed(0)
     config = Qwen2Config(**SIZES["config"])
-    with torch.device(DEVICE):
-        model = Qwen2ForCausalLM(config)
-    model = model.to(DTYPE).eval()
-
-    cache = StaticCache(config=config, max_cache_len=SIZES["cache_len"])
-    prompt_len = SIZES["prompt_len"]
-    prompt = torch.randint(0, config.vocab_size, (1, prompt_len), device=DEVICE)
-    with torch.no_grad():
-        model(input_ids=prompt, use_cache=True, **{CACHE_ARG: cache})
-
-    # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
-    input_ids = torch.full((1, 1), config.vocab_size - 1, dtype=torch.long, device=DEVICE)
-    cache_position = torch.tensor([prompt_len], device=DEVICE)
-    return model, (input_ids, cache_position, cache)
+    return build_decode(
+        Qwen2ForCausalLM,
+        config,
+        cache_len=SIZES["cache_len"],
+        prompt_len=SIZES["prompt_len"],
+        device=DEVICE,
+        dtype=DTYPE,
+    )
 
 
-def step(model, inputs):
-    input_ids, cache_position, cache = inputs
-    # Write this step's keys and values at cache_position, whatever the earlier steps wrote (see above).
-    for layer in cache.layers:
-        layer.cumulative_length.copy_(cache_position[0])
-    with torch.no_grad():
-        return model(
-            input_ids=input_ids,
-            position_ids=cache_position.unsqueeze(0),
-            use_cache=True,
-            **{CACHE_ARG: cache},
-        ).logits
+step = decode_step  # writes this step's keys and values at cache_position, whatever earlier steps wrote

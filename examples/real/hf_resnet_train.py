@@ -25,24 +25,14 @@ pixels.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
+from _real import real_size
 from torch import nn
 from transformers import ResNetConfig, ResNetForImageClassification
 
 KIND = "train"
-
-
-def real_size() -> str:
-    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
-    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
-    if size in ("small", "full"):
-        return size
-    if size:
-        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
-    return "full" if torch.cuda.is_available() else "small"
 
 
 SIZE = real_size()

@@ -22,23 +22,12 @@ classes.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torchvision
+from _real import real_size
 from torchvision.models.vision_transformer import VisionTransformer
 
 KIND = "infer"
-
-
-def real_size() -> str:
-    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
-    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
-    if size in ("small", "full"):
-        return size
-    if size:
-        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
-    return "full" if torch.cuda.is_available() else "small"
 
 
 SIZE = real_size()

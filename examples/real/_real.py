@@ -1,0 +1,87 @@
+"""What the suite's workload files share: the size switch and transformers' decoder recipes.
+
+Not a workload: its name starts with ``_``, so the suite's tests and benchmarks skip it. The files import it
+as a neighbour (``gpuadvisor`` puts a workload file's folder on ``sys.path`` while it loads the file).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+import torch
+
+
+def real_size() -> str:
+    """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""
+    size = os.environ.get("GPUADVISOR_REAL_SIZE", "").strip().lower()
+    if size in ("small", "full"):
+        return size
+    if size:
+        raise ValueError(f"GPUADVISOR_REAL_SIZE must be 'small' or 'full', got {size!r}")
+    return "full" if torch.cuda.is_available() else "small"
+
+
+@functools.cache
+def cache_argument(model_class: type) -> str:
+    """The keyword a causal LM's forward takes its cache object by: transformers 5.24 renamed
+    ``past_key_values`` to ``cache`` (the old name still works, with a deprecation warning); 5.17 knows only
+    ``past_key_values``. Looked up once per class: a decode step is host-bound, so no per-step inspect."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def causal_lm(model_class: type, config, device: str, dtype: torch.dtype):
+    """A transformers causal LM from ``config`` with random weights (the caller seeds), on ``device``, eval."""
+    with torch.device(device):
+        model = model_class(config)
+    return model.to(dtype).eval()
+
+
+def build_decode(model_class: type, config, *, cache_len: int, prompt_len: int, device: str, dtype: torch.dtype):
+    """The model and the decode inputs ``(input_ids [1, 1], cache_position [1], StaticCache)``, the cache
+    filled by a ``prompt_len``-token prompt."""
+    from transformers import StaticCache
+
+    model = causal_lm(model_class, config, device, dtype)
+    cache = StaticCache(config=config, max_cache_len=cache_len)
+    prompt = torch.randint(0, config.vocab_size, (1, prompt_len), device=device)
+    with torch.no_grad():
+        model(input_ids=prompt, use_cache=True, **{cache_argument(model_class): cache})
+
+    # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
+    input_ids = torch.full((1, 1), config.vocab_size - 1, dtype=torch.long, device=device)
+    cache_position = torch.tensor([prompt_len], device=device)
+    return model, (input_ids, cache_position, cache)
+
+
+def decode_step(model, inputs):
+    """One token at ``cache_position``: each static cache layer writes where its own ``cumulative_length``
+    counter points, so the counters are set to the position first (one small copy per layer, no host sync)
+    and every step writes the same slot again."""
+    input_ids, cache_position, cache = inputs
+    for layer in cache.layers:
+        layer.cumulative_length.copy_(cache_position[0])
+    with torch.no_grad():
+        return model(
+            input_ids=input_ids,
+            position_ids=cache_position.unsqueeze(0),
+            use_cache=True,
+            **{cache_argument(type(model)): cache},
+        ).logits
+
+
+def build_prefill(model_class: type, config, *, prompt_len: int, device: str, dtype: torch.dtype):
+    """The model and one prompt ``(input_ids [1, prompt_len],)`` whose last id is the vocabulary's largest."""
+    model = causal_lm(model_class, config, device, dtype)
+    input_ids = torch.randint(0, config.vocab_size, (1, prompt_len), device=device)
+    # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
+    input_ids[0, -1] = config.vocab_size - 1
+    return model, (input_ids,)
+
+
+def prefill_step(model, inputs):
+    """One forward of the prompt, no cache, returning the logits."""
+    (input_ids,) = inputs
+    with torch.no_grad():
+        return model(input_ids=input_ids, use_cache=False).logits
