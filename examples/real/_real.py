@@ -12,6 +12,33 @@ import os
 
 import torch
 
+# The decoder configurations the decode and prefill workloads share (random weights; "small" for the CPU).
+LLAMA_CONFIGS = {
+    "full": dict(
+        num_hidden_layers=8,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        intermediate_size=5632,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+    ),
+    "small": dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=176,
+        vocab_size=256,
+        max_position_embeddings=64,
+    ),
+}
+# Qwen2: grouped-query attention (4 KV heads for 16 query heads at full size) and biases on q, k and v.
+QWEN2_CONFIGS = {
+    "full": {**LLAMA_CONFIGS["full"], "num_key_value_heads": 4, "intermediate_size": 5504},
+    "small": {**LLAMA_CONFIGS["small"], "num_key_value_heads": 2},
+}
+
 
 def real_size() -> str:
     """'full' on a CUDA machine, else 'small'; the environment variable GPUADVISOR_REAL_SIZE=small|full wins."""

@@ -21,7 +21,7 @@ the same dtype as above on a GPU): 2 layers, hidden 64, 4 heads, MLP 176, vocab 
 from __future__ import annotations
 
 import torch
-from _real import build_prefill, prefill_step, real_size
+from _real import LLAMA_CONFIGS, build_prefill, prefill_step, real_size
 from transformers import LlamaConfig, LlamaForCausalLM
 
 KIND = "prefill"
@@ -32,27 +32,11 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32  # bf16 is slow on the CPU
 
 FULL = dict(
-    config=dict(
-        num_hidden_layers=8,
-        hidden_size=2048,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        intermediate_size=5632,
-        vocab_size=32000,
-        max_position_embeddings=2048,
-    ),
+    config=LLAMA_CONFIGS["full"],
     prompt_len=64,
 )
 SMALL = dict(
-    config=dict(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=176,
-        vocab_size=256,
-        max_position_embeddings=64,
-    ),
+    config=LLAMA_CONFIGS["small"],
     prompt_len=16,
 )
 SIZES = FULL if SIZE == "full" else SMALL

@@ -28,7 +28,7 @@ the same dtype as above on a GPU): 2 layers, hidden 64, 4 heads, 2 KV heads, MLP
 from __future__ import annotations
 
 import torch
-from _real import build_decode, decode_step, real_size
+from _real import QWEN2_CONFIGS, build_decode, decode_step, real_size
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 KIND = "decode"
@@ -40,28 +40,12 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32  # bf16 is slow on the CPU
 
 FULL = dict(
-    config=dict(
-        num_hidden_layers=8,
-        hidden_size=2048,
-        num_attention_heads=16,
-        num_key_value_heads=4,
-        intermediate_size=5504,
-        vocab_size=32000,
-        max_position_embeddings=2048,
-    ),
+    config=QWEN2_CONFIGS["full"],
     cache_len=1024,
     prompt_len=100,
 )
 SMALL = dict(
-    config=dict(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=176,
-        vocab_size=256,
-        max_position_embeddings=64,
-    ),
+    config=QWEN2_CONFIGS["small"],
     cache_len=32,
     prompt_len=10,
 )
