@@ -229,3 +229,20 @@ def test_fp8_sees_the_rows_of_a_fused_mlps_gate_and_up(decode_workload):
     names = [f"layers.{i}.feed_forward.{attr}" for i in (0, 1) for attr in ("w1", "w3", "w2")]
     rows = rows_per_layer(fused, names)
     assert rows == {name: 1 for name in names}
+
+
+def test_fusion_refuses_a_model_it_would_not_change_and_says_why(monkeypatch):
+    """GPT-2 (transformers, eager attention): Conv1D projections, LayerNorm, and one nn.Linear (the LM head)
+    called with every token's row. Swapping that head for the decode kernel would only call cuBLAS again, so
+    fusion refuses instead of reporting an applied no-op."""
+    pytest.importorskip("transformers")
+    from gpuadvisor.fixes.registry import apply_fixes
+
+    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
+    workload = load_workload(str(EXAMPLE.parent / "real" / "hf_gpt2_eager_attention.py"))
+    _, outcomes = apply_fixes(workload, ["fusion"])
+    outcome = outcomes[0]
+    assert outcome.status == "refused", (outcome.status, outcome.reason)
+    assert outcome.reason.startswith("nothing to fuse at these shapes")
+    assert "more than 16 rows" in outcome.reason and "torch.compile" in outcome.suggestion
+    assert any("lm_head" in line for line in outcome.details)

@@ -42,6 +42,15 @@ class Refusal:
     details: list[str] = field(default_factory=list)  # every blocking finding, one line each (reason has the first)
 
 
+class NothingToApply(Exception):  # noqa: N818 - a result, not an error
+    """Raised by ``apply()`` when, having looked at the step, the fix finds nothing it would change for the
+    better (every candidate left alone, with reasons): the registry reports the refusal it carries."""
+
+    def __init__(self, refusal: Refusal):
+        super().__init__(refusal.reason)
+        self.refusal = refusal
+
+
 @dataclass
 class Applied:
     """A patched workload and an account of what the fix did."""

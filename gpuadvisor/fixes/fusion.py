@@ -30,7 +30,7 @@ import copy
 import os
 from typing import Any
 
-from gpuadvisor.fixes.base import Applied, Fix, Refusal
+from gpuadvisor.fixes.base import Applied, Fix, NothingToApply, Refusal
 from gpuadvisor.fixes.graphs import clone_tensors
 from gpuadvisor.fixes.numerics import relative_l2
 
@@ -92,14 +92,26 @@ class FusionFix(Fix):
         plan = find_candidates(model)
         skipped = list(plan["skipped"])
         patched = workload.with_model(model)
+        linear_rows: dict[str, int] = {}
         with torch.no_grad():
-            recorded = _record_calls(model, plan, patched)
+            recorded = _record_calls(model, plan, patched, linear_rows)
             changes: list[str] = []
             model = _swap_norms(model, plan["norms"], recorded, changes, skipped)
             model = _swap_mlps(model, plan["mlps"], recorded, changes, skipped)
             model = _swap_attentions(model, plan["attentions"], recorded, changes, skipped)
             model = _swap_blocks(model, plan["blocks"], recorded, changes, skipped)
-            model = _swap_linears(model, changes)
+            model = _swap_linears(model, changes, skipped, linear_rows)
+        if not changes:
+            # Nothing a kernel here would run faster at these shapes: refuse, rather than "apply" a no-op.
+            reasons = list(dict.fromkeys(item["reason"].split(":")[0] for item in skipped))
+            seen = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "") if reasons else "no module matched"
+            raise NothingToApply(
+                Refusal(
+                    f"nothing to fuse at these shapes ({seen})",
+                    "torch.compile fuses arbitrary elementwise chains; see `skipped` for each module left alone",
+                    [f"{item['target']}: {item['reason']}" for item in skipped[:20]],
+                )
+            )
         return Applied(workload.with_model(model), changes=changes, skipped=skipped)
 
 
@@ -197,11 +209,30 @@ def _is_replacement(module) -> bool:
 # --- recording real inputs ----------------------------------------------------------------------
 
 
-def _record_calls(model, plan, workload) -> dict[str, tuple]:
-    """Run the step once with hooks; the first call of each candidate: (args, kwargs, output), detached copies."""
+def _record_calls(model, plan, workload, linear_rows: dict[str, int] | None = None) -> dict[str, tuple]:
+    """Run the step once with hooks; the first call of each candidate: (args, kwargs, output), detached copies.
+
+    ``linear_rows``, when given, receives the most rows each ``nn.Linear`` was called with (no copies).
+    """
+    import torch
+    from torch import nn
+
     names = [name for name, _ in plan["norms"] + plan["mlps"] + plan["attentions"] + plan["blocks"]]
     recorded: dict[str, tuple] = {}
     handles = []
+
+    def rows_hook(name):
+        def hook(module, args):
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1]:
+                linear_rows[name] = max(linear_rows.get(name, 0), x.numel() // x.shape[-1])
+
+        return hook
+
+    if linear_rows is not None:
+        for name, module in model.named_modules():
+            if type(module) is nn.Linear:
+                handles.append(module.register_forward_pre_hook(rows_hook(name)))
 
     def hook_for(name):
         def hook(module, args, kwargs, output):
@@ -376,14 +407,31 @@ def _swap_blocks(model, blocks, recorded, changes, skipped):
     return model
 
 
-def _swap_linears(model, changes):
+def _swap_linears(model, changes, skipped, rows: dict[str, int]):
+    """Every ``nn.Linear`` the step calls with at most MAX_ROWS rows -> DecodeLinear; with more rows cuBLAS
+    runs it already (DecodeLinear would only call it), so those are left alone and listed in ``skipped``."""
     from torch import nn
 
-    from gpuadvisor.fixes.modules import DecodeLinear
+    from gpuadvisor.fixes.modules import MAX_ROWS, DecodeLinear
 
     names = [name for name, module in model.named_modules() if type(module) is nn.Linear]
+    wider = []
     for name in names:
+        if name not in rows:
+            continue  # not called by the step (or called inside a fused module that streams its weight)
+        if rows[name] > MAX_ROWS:
+            wider.append(name)
+            continue
         model = _replace(model, name, DecodeLinear.from_linear(model.get_submodule(name)))
+    if wider:
+        most = max(rows[name] for name in wider)
+        skipped.append(
+            {
+                "target": ", ".join(wider[:3]) + (f" and {len(wider) - 3} more" if len(wider) > 3 else ""),
+                "reason": f"linear layers called with more than {MAX_ROWS} rows (up to {most}): cuBLAS runs them"
+                " already, the decode kernel would not",
+            }
+        )
     total = sum(isinstance(module, DecodeLinear) for module in model.modules())
     if total:
         changes.append(

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuadvisor.errors import BadInputError, GpuAdvisorError
-from gpuadvisor.fixes.base import Fix, FixOutcome
+from gpuadvisor.fixes.base import Fix, FixOutcome, NothingToApply
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +188,12 @@ def apply_fixes(
                     outcome.status = "applied"
                     current = applied.workload
                     applied_policies.add(fix.numerics)
+        except NothingToApply as nothing:  # apply() looked and found nothing worth changing: a refusal
+            outcome.status = "refused"
+            outcome.reason = nothing.refusal.reason
+            outcome.suggestion = nothing.refusal.suggestion
+            outcome.details = list(nothing.refusal.details)
+            outcome.changes, outcome.skipped = [], []
         except Exception as error:  # a fix must never take the whole apply down, nor show a traceback
             outcome.status = "failed"
             outcome.reason = _one_line(stage, error)
