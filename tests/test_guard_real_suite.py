@@ -379,3 +379,53 @@ def test_graphs_captures_an_adamw_training_step_and_leaves_the_users_optimizer_a
     assert any("capturable=True" in change for change in outcomes[0].changes)
     result = check_numerics(workload, workload, "model")  # the guard's own machinery on the same state
     assert result.passed
+
+
+def dynamic_cache_decode() -> Workload:
+    """transformers' default cache: DynamicCache concatenates each step's keys into new tensors."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=176,
+        vocab_size=256,
+        max_position_embeddings=64,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    cache = transformers.DynamicCache(config=config)
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 256, (1, 10)), past_key_values=cache, use_cache=True)
+
+    def step(model, inputs):
+        ids, cache = inputs
+        with torch.no_grad():
+            return model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    inputs = (torch.tensor([[255]]), cache)
+    return Workload("dynamic.py", model, inputs, lambda: None, None, "dynamic").with_step(model, step)
+
+
+def test_a_growing_dynamic_cache_is_put_back_between_runs(planted):
+    workload = dynamic_cache_decode()
+    cache = workload.inputs[1]
+    result = check_numerics(workload, on_copy(workload), "model", trials=3)
+    assert result.passed, result.detail
+    assert "inputs[1].layers[0].keys" in result.detail
+    assert cache.get_seq_length() == 10  # each run's new slot was taken back
+
+    def drop_last_layer_update(current: Workload) -> Workload:
+        def step(model, inputs):
+            kept = inputs[1].layers[-1].keys
+            output = current.step(model, inputs)
+            inputs[1].layers[-1].keys = torch.cat([kept, torch.zeros_like(kept[:, :, :1])], dim=-2)
+            return output
+
+        return current.with_step(copy.deepcopy(current.model), step)
+
+    _, outcomes = apply_fixes(workload, [planted("dropped_update", drop_last_layer_update)])
+    assert outcomes[0].status == "rolled_back"
+    assert "state inputs[1].layers[1].keys" in outcomes[0].reason, outcomes[0].reason
+    assert cache.get_seq_length() == 10

@@ -231,11 +231,11 @@ def check_numerics(
 
     original_state = collect_state({"model": original.model, "inputs": original.inputs})
     patched_state = collect_state({"model": patched.model, "inputs": patched.inputs})
-    original_ids = {id(slot.tensor) for slot in original_state if slot.kind == "tensor"}
+    original_ids = {id(slot.get()) for slot in original_state if slot.kind in ("tensor", "item")}
     own_patched = [
         slot.path
         for slot in patched_state
-        if not (slot.kind == "tensor" and id(slot.tensor) in original_ids)
+        if not (slot.kind in ("tensor", "item") and id(slot.get()) in original_ids)
         and not (slot.path in original_state and _shared(original_state[slot.path], slot))
     ]
     start = original_state.snapshot()
@@ -367,7 +367,7 @@ def _start_differs(patched_state: Any, patched_start: Any, start: Any, paths: li
         if path not in patched_start:
             continue
         slot = patched_state[path]
-        if slot.kind == "grad" or (slot.kind == "tensor" and not isinstance(slot.tensor, torch.nn.Parameter)):
+        if slot.kind == "grad" or (slot.kind in ("tensor", "item") and not isinstance(slot.get(), torch.nn.Parameter)):
             continue
         mine, theirs = patched_start[path], start[path]
         if mine is None or theirs is None or mine.shape != theirs.shape or mine.dtype != theirs.dtype:
@@ -486,9 +486,9 @@ def _float32_memo(model: Any, inputs: Any, only_new: dict | None = None) -> dict
 
     memo: dict[int, Any] = {}
     for slot in collect_state({"model": model, "inputs": inputs}):
-        if slot.kind != "tensor" or (only_new is not None and id(slot.tensor) in only_new):
+        tensor = slot.get() if slot.kind in ("tensor", "item") else None
+        if tensor is None or (only_new is not None and id(tensor) in only_new):
             continue
-        tensor = slot.tensor
         clone = tensor.detach().clone()
         if clone.dtype in (torch.bfloat16, torch.float16):
             clone = clone.float()

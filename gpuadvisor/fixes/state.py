@@ -21,6 +21,8 @@ A tensor reached twice (a tied weight, a cache buffer held by both a module and 
 under the first path. The walk stops at ``MAX_DEPTH`` levels and ``MAX_OBJECTS`` objects, and does not enter
 modules, classes, functions or strings.
 
+A tensor found in a dict, a list or an object's attributes is an "item" slot that reads its container again
+on every look, so a step that binds a new tensor there (a growing ``DynamicCache``) is seen and put back.
 A :class:`Snapshot` holds a detached clone of every slot (on the slot's device when it fits, else on the CPU,
 ``None`` for an absent slot). ``restore`` writes it back **in place** (``copy_`` into the same tensor), because a
 CUDA graph reads state by address: an absent slot that exists now is emptied (a gradient set to ``None``; an
@@ -63,15 +65,26 @@ class Slot:
     """One piece of tensor state: a tensor itself, a leaf's ``.grad``, or one entry of an optimizer's state."""
 
     path: str
-    kind: str  # "tensor" | "grad" | "optimizer"
-    tensor: Any = None  # kind "tensor": the tensor
-    owner: Any = None  # "grad": the parameter; "optimizer": the per-parameter state dict's owner (optimizer)
-    key: Any = None  # "optimizer": (parameter, state key)
+    kind: str  # "tensor" | "item" | "grad" | "optimizer"
+    tensor: Any = None  # "tensor": the tensor (in a tuple, or a root); "item": the tensor found there by the walk
+    # "item": the dict or list holding it (a module's _parameters/_buffers, an object's __dict__); "grad": the
+    # parameter; "optimizer": the optimizer
+    owner: Any = None
+    key: Any = None  # "item": the key or index; "optimizer": (parameter, state key)
 
     def get(self) -> Any:
-        """The tensor now held here, or None when absent (no gradient yet, no optimizer state yet)."""
+        """The tensor now held here, or None when absent (no gradient yet, no optimizer state yet).
+
+        An "item" slot reads its container again: a step may bind a new tensor there (transformers'
+        ``DynamicCache`` concatenates each step's keys into a new tensor)."""
         if self.kind == "tensor":
             return self.tensor
+        if self.kind == "item":
+            if isinstance(self.owner, list):
+                value = self.owner[self.key] if self.key < len(self.owner) else None
+            else:
+                value = self.owner.get(self.key)
+            return value if _is_tensor(value) else None
         if self.kind == "grad":
             return self.owner.grad
         parameter, name = self.key
@@ -96,7 +109,13 @@ class Slot:
                 if current.data_ptr() != value.data_ptr():
                     current.copy_(value.to(current.device, non_blocking=False))
                 return
-            if self.kind == "tensor":  # a reshaped tensor cannot be written back in place: set its data
+            if self.kind == "item":  # another shape (a grown cache): bind a copy of the snapshot there again
+                device = current.device if current is not None else self.tensor.device
+                restored = value.to(device).clone()
+                if isinstance(current if current is not None else self.tensor, torch.nn.Parameter):
+                    restored = torch.nn.Parameter(restored, requires_grad=self.tensor.requires_grad)
+                self.owner[self.key] = restored
+            elif self.kind == "tensor":  # a reshaped tensor cannot be written back in place: set its data
                 self.tensor.data = value.to(self.tensor.device).clone()
             elif self.kind == "grad":
                 self.owner.grad = value.to(self.owner.device).clone()
@@ -233,6 +252,8 @@ def _same_tensor(a: Slot, b: Slot) -> bool:
         return False
     if a.kind == "tensor":
         return a.tensor is b.tensor
+    if a.kind == "item":
+        return a.owner is b.owner and a.key == b.key
     if a.kind == "grad":
         return a.owner is b.owner
     return a.owner is b.owner and a.key[0] is b.key[0]
@@ -270,14 +291,17 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     def add(slot: Slot) -> None:
         state.slots.setdefault(slot.path, slot)
 
-    def visit(value: Any, path: str, depth: int) -> None:
+    def visit(value: Any, path: str, depth: int, owner: Any = None, key: Any = None) -> None:
         if isinstance(value, _LEAF_TYPES) or isinstance(value, _OPAQUE_TYPES):
             return
         if isinstance(value, torch.Tensor):
             if id(value) in seen_tensors:
                 return
             seen_tensors.add(id(value))
-            add(Slot(path, "tensor", tensor=value))
+            if owner is not None:  # in a dict or list the step can bind a new tensor into
+                add(Slot(path, "item", tensor=value, owner=owner, key=key))
+            else:
+                add(Slot(path, "tensor", tensor=value))
             if value.is_leaf and value.requires_grad:
                 add(Slot(f"{path}.grad", "grad", owner=value))
             return
@@ -289,19 +313,18 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
         seen_objects.add(id(value))
         budget[0] -= 1
         if isinstance(value, nn.Module):
-            for name, parameter in value._parameters.items():
-                if parameter is not None:
-                    visit(parameter, f"{path}.{name}", depth + 1)
-            for name, buffer in value._buffers.items():
-                if buffer is not None:
-                    visit(buffer, f"{path}.{name}", depth + 1)
+            for table in (value._parameters, value._buffers):
+                for name, tensor in list(table.items()):
+                    if tensor is not None:
+                        visit(tensor, f"{path}.{name}", depth + 1, table, name)
             for name, module in value._modules.items():
                 if module is not None:
                     visit(module, f"{path}.{name}", depth + 1)
-            for name, item in vars(value).items():
+            attributes = vars(value)
+            for name, item in list(attributes.items()):
                 if name.startswith("_") or name == "training":
                     continue
-                visit(item, f"{path}.{name}", depth + 1)
+                visit(item, f"{path}.{name}", depth + 1, attributes, name)
             return
         if isinstance(value, torch.optim.Optimizer):
             parameters = [p for group in value.param_groups for p in group["params"]]
@@ -317,10 +340,14 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
                     add(Slot(f"{path}.state[{index}].{key}", "optimizer", owner=value, key=(parameter, key)))
             return
         if isinstance(value, dict):
-            for key, item in list(value.items()):
-                visit(item, f"{path}[{key!r}]", depth + 1)
+            for name, item in list(value.items()):
+                visit(item, f"{path}[{name!r}]", depth + 1, value, name)
             return
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, list):
+            for index, item in enumerate(list(value)):
+                visit(item, f"{path}[{index}]", depth + 1, value, index)
+            return
+        if isinstance(value, tuple):
             for index, item in enumerate(value):
                 visit(item, f"{path}[{index}]", depth + 1)
             return
@@ -330,7 +357,7 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
         if isinstance(attributes, dict):
             for name, item in list(attributes.items()):
                 if not name.startswith("__"):
-                    visit(item, f"{path}.{name}", depth + 1)
+                    visit(item, f"{path}.{name}", depth + 1, attributes, name)
 
     for name, root in roots.items():
         visit(root, name, 0)
