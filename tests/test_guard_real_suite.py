@@ -429,3 +429,56 @@ def test_a_growing_dynamic_cache_is_put_back_between_runs(planted):
     assert outcomes[0].status == "rolled_back"
     assert "state inputs[1].layers[1].keys" in outcomes[0].reason, outcomes[0].reason
     assert cache.get_seq_length() == 10
+
+
+GLOBAL_OPTIMIZER_STEP = """
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 3))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def build():
+    return model, (torch.randn(32, 8), torch.tensor([2] * 31 + [0]))
+
+
+def step(model, inputs):
+    x, y = inputs
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+"""
+
+
+def test_a_module_level_optimizer_is_state_too(tmp_path, planted):
+    """A training step that uses an optimizer from its own module, not from build()'s model: the analysis and
+    the guard reach it through the step's globals, run on the model itself and put weights and momentum back;
+    a fix that copies the model (whose copy that optimizer does not train) is rolled back, not passed."""
+    from gpuadvisor.fixes.safety import analyze_step
+
+    path = tmp_path / "global_optimizer.py"
+    path.write_text(GLOBAL_OPTIMIZER_STEP)
+    workload = load_workload(str(path))
+    workload.step_fn()
+    optimizer = workload.step.__globals__["optimizer"]
+
+    def snapshot():
+        weights = [p.detach().clone() for p in workload.model.parameters()]
+        momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in workload.model.parameters()]
+        return weights + momentum
+
+    before = snapshot()
+    analysis = analyze_step(workload)
+    assert not analysis.ran_on_copy and analysis.findings == []
+    same = check_numerics(workload, workload, "model", trials=3)
+    assert same.passed, same.detail
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot()))
+
+    _, outcomes = apply_fixes(workload, [planted("copied_model", on_copy)])
+    assert outcomes[0].status == "rolled_back"
+    # Named by path: the copy's weights that nobody updated, or the optimizer's own parameters it touched.
+    assert "state model.0.weight" in outcomes[0].reason or "step['optimizer']" in outcomes[0].reason
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot()))

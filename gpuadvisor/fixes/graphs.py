@@ -141,6 +141,7 @@ class GraphsFix(Fix):
         import torch
 
         from gpuadvisor.fixes.safety import model_device
+        from gpuadvisor.fixes.state import step_globals
 
         device = model_device(workload.model, workload.inputs)
         no_cuda = None
@@ -153,7 +154,7 @@ class GraphsFix(Fix):
         if no_cuda is None:
             # Analyze what apply will capture: a capturable optimizer reads no step count on the host. The
             # user's optimizer is put back afterwards (apply switches the one it captures).
-            make_capturable({"model": workload.model}, undo)
+            make_capturable({"model": workload.model, "step": step_globals(workload.step)}, undo)
         try:
             analysis = self.analysis(workload)
         finally:
@@ -179,13 +180,19 @@ class GraphsFix(Fix):
         import torch
 
         from gpuadvisor.fixes.safety import SyncRecorder, SyncReplay, copy_fits
-        from gpuadvisor.fixes.state import collect_state
+        from gpuadvisor.fixes.state import collect_state, step_globals
 
         analysis = self.analysis(workload)
         changes: list[str] = []
         model = workload.model
         copied = None
-        if copy_fits(model, 2):
+        outside = collect_state({"step": step_globals(workload.step)})
+        if outside.slots:
+            # The step drives state of its own (a module-level optimizer holding the model's parameters): a copy
+            # of the model would be trained by nobody, so capture on the model itself.
+            names = sorted({path.split(".")[0].split("[")[0] for path in outside.slots})
+            changes.append(f"the step uses {', '.join(names)} from its module, so the model itself is captured")
+        elif copy_fits(model, 2):
             # Capture on a copy where memory allows, so the user's model keeps working eagerly beside the graph
             # (the analysis sees aten ops only: a Triton or extension kernel writing a buffer is invisible to it).
             copied = private_copy_or_none(model)
@@ -196,17 +203,17 @@ class GraphsFix(Fix):
                 changes.append(f"captured on a copy of the model: the step writes {names} in place")
             else:
                 changes.append("captured on a copy of the model")
-        else:
+        elif not outside.slots:
             changes.append(
                 "captured on the model itself (it cannot be deep-copied, or a copy does not fit): its state is"
                 " restored after the warm-up, and the eager model and the graph share it"
             )
-        changes += make_capturable({"model": model})
+        changes += make_capturable({"model": model, "step": step_globals(workload.step)})
 
         static_inputs = clone_tensors(workload.inputs)
         # Warm-up steps write state (a cache, an optimizer step, BatchNorm statistics): put it back afterwards,
         # so the patched step starts where the user's state was.
-        state = collect_state({"model": model, "inputs": static_inputs})
+        state = collect_state({"model": model, "inputs": static_inputs, "step": step_globals(workload.step)})
         before = state.snapshot()
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())

@@ -219,7 +219,7 @@ def check_numerics(
     import torch
 
     from gpuadvisor.fixes.safety import model_device
-    from gpuadvisor.fixes.state import collect_state, describe_paths
+    from gpuadvisor.fixes.state import collect_state, describe_paths, workload_roots
     from gpuadvisor.workload import _make_step_fn
 
     if policy not in ("model", "fp8"):
@@ -229,8 +229,8 @@ def check_numerics(
     on_cuda = device is not None and device.startswith("cuda")
     cuda_devices = [torch.cuda.current_device()] if on_cuda else []
 
-    original_state = collect_state({"model": original.model, "inputs": original.inputs})
-    patched_state = collect_state({"model": patched.model, "inputs": patched.inputs})
+    original_state = collect_state(workload_roots(original))
+    patched_state = collect_state(workload_roots(patched))
     original_ids = {id(slot.get()) for slot in original_state if slot.kind in ("tensor", "item")}
     own_patched = [
         slot.path
@@ -325,7 +325,12 @@ def check_numerics(
 
         runs_reference = None
         if policy == "model" and dtype_name in LOW_PRECISION:
-            if not _fits_fp32_copy(original.model, original_state.nbytes()):
+            if any(path.startswith("step") for path in original_state.slots):
+                notes.append(
+                    "no fp32 reference: the step uses state outside its model and inputs (a module-level"
+                    " optimizer), which a copy would not have; fixed bound used"
+                )
+            elif not _fits_fp32_copy(original.model, original_state.nbytes()):
                 notes.append("no fp32 reference: not enough free memory for a float32 copy; fixed bound used")
             else:
                 try:

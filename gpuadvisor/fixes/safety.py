@@ -266,7 +266,7 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from gpuadvisor.fixes.state import collect_state
+    from gpuadvisor.fixes.state import collect_state, step_globals
     from gpuadvisor.workload import _make_step_fn
 
     device = model_device(workload.model, workload.inputs)
@@ -277,7 +277,10 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     # counters are then not restored).
     model, inputs = workload.model, workload.inputs
     copied = None
-    if copy_fits(model, 1.1):
+    # A step that reaches state of its own (a module-level optimizer) would drive it from a copy of the model:
+    # run it on the workload itself then, with that state snapshotted too.
+    outside = step_globals(workload.step)
+    if not collect_state({"step": outside}).slots and copy_fits(model, 1.1):
         try:
             copied = copy.deepcopy((model, inputs))
         except Exception:
@@ -285,7 +288,7 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     if copied is not None:
         model, inputs = copied
     analysis = StepAnalysis(model_device=device, ran_on_copy=copied is not None)
-    reachable = collect_state({"model": model, "inputs": inputs})
+    reachable = collect_state({"model": model, "inputs": inputs, "step": outside})
     before = reachable.snapshot() if copied is None else None
     state = [(slot.path, value) for slot in reachable if (value := slot.get()) is not None]
     # Keyed by storage, so that a write through a view (cache[:, :, pos] = k) counts as a write to the buffer.

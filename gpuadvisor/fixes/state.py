@@ -364,6 +364,44 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     return state
 
 
+def step_globals(step: Any) -> dict[str, Any]:
+    """What a step function reaches besides its two arguments: the module-level names its code refers to and
+    its closure's cells (a training step that uses a module-level ``optimizer``), less modules, functions and
+    classes. ``{}`` for anything that is not a plain Python function."""
+    import inspect
+
+    function = getattr(step, "__func__", step)  # a bound method: its function
+    code = getattr(function, "__code__", None)
+    if code is None or not inspect.isfunction(function):
+        return {}
+    found: dict[str, Any] = {}
+    namespace = function.__globals__
+    names = set(code.co_names)
+    for const in code.co_consts:  # names used by nested functions and comprehensions
+        if hasattr(const, "co_names"):
+            names.update(const.co_names)
+    for name in sorted(names):
+        if name in namespace and not isinstance(namespace[name], _OPAQUE_TYPES + _LEAF_TYPES):
+            found[name] = namespace[name]
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if not isinstance(value, _OPAQUE_TYPES + _LEAF_TYPES):
+            found[name] = value
+    return found
+
+
+def workload_roots(workload: Any) -> dict[str, Any]:
+    """The roots of a workload's state: its model, its inputs, and what its step reaches on its own."""
+    roots = {"model": workload.model, "inputs": workload.inputs}
+    extra = step_globals(workload.step)
+    if extra:
+        roots["step"] = extra
+    return roots
+
+
 def _lazy_state_keys(optimizer: Any) -> list[str]:
     """The state entries an optimizer creates on its first step (so an absent state is a slot too)."""
     name = type(optimizer).__name__
