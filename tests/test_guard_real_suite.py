@@ -482,3 +482,49 @@ def test_a_module_level_optimizer_is_state_too(tmp_path, planted):
     # Named by path: the copy's weights that nobody updated, or the optimizer's own parameters it touched.
     assert "state model.0.weight" in outcomes[0].reason or "step['optimizer']" in outcomes[0].reason
     assert all(torch.equal(a, b) for a, b in zip(before, snapshot()))
+
+
+def test_a_learning_rate_schedule_is_state_restored_and_compared(planted):
+    """A training step that steps a scheduler changes Python numbers (the scheduler's epoch, the optimizer's
+    lr): put back after each run, and a patched step that leaves the lr alone (as a replayed CUDA graph would:
+    the scheduler is Python) is rolled back by name."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.5**epoch)
+    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+
+    def train(state, inputs):
+        x, y = inputs
+        state["optimizer"].zero_grad()
+        loss = torch.nn.functional.cross_entropy(state["model"](x), y)
+        loss.backward()
+        state["optimizer"].step()
+        state["scheduler"].step()
+        return loss.detach()
+
+    inputs = (torch.randn(32, 8), torch.tensor([2] * 31 + [0]))
+    workload = Workload("schedule.py", state, inputs, lambda: None, None, "schedule").with_step(state, train)
+    workload.step_fn()
+    lr, epoch = optimizer.param_groups[0]["lr"], scheduler.last_epoch
+    result = check_numerics(workload, on_copy(workload), "model", trials=3)
+    assert result.passed, result.detail
+    assert (optimizer.param_groups[0]["lr"], scheduler.last_epoch) == (lr, epoch)
+
+    def frozen_schedule(current: Workload) -> Workload:
+        patched_state = copy.deepcopy(current.model)
+
+        def step(state, inputs):
+            x, y = inputs
+            state["optimizer"].zero_grad()
+            loss = torch.nn.functional.cross_entropy(state["model"](x), y)
+            loss.backward()
+            state["optimizer"].step()  # no scheduler step
+            return loss.detach()
+
+        return current.with_step(patched_state, step)
+
+    _, outcomes = apply_fixes(workload, [planted("frozen_schedule", frozen_schedule)])
+    assert outcomes[0].status == "rolled_back"
+    assert "param_groups[0]['lr']" in outcomes[0].reason or "last_epoch" in outcomes[0].reason, outcomes[0].reason
+    assert (optimizer.param_groups[0]["lr"], scheduler.last_epoch) == (lr, epoch)

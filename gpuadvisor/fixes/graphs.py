@@ -246,7 +246,9 @@ class GraphsFix(Fix):
                 static_output = workload.step(model, static_inputs)
         torch.cuda.synchronize()
         grads = [(slot.owner, slot.owner.grad) for slot in state if slot.kind == "grad" and slot.get() is not None]
-        state.restore(before, [path for path in before.values if state[path].kind != "grad"])
+        # Tensors only: Python numbers are left as the warm-up made them (a cache's "initialized" flag must not
+        # go back to False under a graph that holds its tensors).
+        state.restore(before, [path for path in before.values if state[path].kind not in ("grad", "scalar")])
         del before
 
         graphed = GraphedStep(graph, tuple(static_inputs), static_output, model, grads)

@@ -30,7 +30,10 @@ optimizer's state tensor, which a captured graph may read, zeroed in place: torc
 lazily created moments, momentum buffers and step counters from zero). ``changed(snapshot)`` names the slots
 whose value differs from the snapshot: the state the step writes.
 
-Python-side values (an int counter on a cache object) are not tensors and are not restored.
+Numbers a step may change in Python (a learning-rate scheduler's epoch and the lr it writes into the
+optimizer's param groups, a counter on a cache object) are "scalar" slots, seen as 0-dim tensors: snapshotted,
+restored and compared like the rest. Numbers inside modules (and in what modules hold, such as a config) are
+configuration, not state, and are left out.
 Torch is imported inside the functions.
 """
 
@@ -65,7 +68,7 @@ class Slot:
     """One piece of tensor state: a tensor itself, a leaf's ``.grad``, or one entry of an optimizer's state."""
 
     path: str
-    kind: str  # "tensor" | "item" | "grad" | "optimizer"
+    kind: str  # "tensor" | "item" | "grad" | "optimizer" | "scalar"
     tensor: Any = None  # "tensor": the tensor (in a tuple, or a root); "item": the tensor found there by the walk
     # "item": the dict or list holding it (a module's _parameters/_buffers, an object's __dict__); "grad": the
     # parameter; "optimizer": the optimizer
@@ -79,6 +82,13 @@ class Slot:
         ``DynamicCache`` concatenates each step's keys into a new tensor)."""
         if self.kind == "tensor":
             return self.tensor
+        if self.kind == "scalar":  # a Python number in a dict, list or __dict__, seen as a 0-dim CPU tensor
+            import torch
+
+            value = _scalar_at(self.owner, self.key)
+            if value is None:
+                return None
+            return torch.tensor(float(value) if isinstance(value, float) else int(value), dtype=_scalar_dtype(value))
         if self.kind == "item":
             if isinstance(self.owner, list):
                 value = self.owner[self.key] if self.key < len(self.owner) else None
@@ -95,6 +105,11 @@ class Slot:
         """Make the slot hold ``value`` (a tensor or None), in place where a tensor of that shape is there."""
         import torch
 
+        if self.kind == "scalar":
+            if value is not None and _scalar_at(self.owner, self.key) is not None:
+                kind = type(_scalar_at(self.owner, self.key))
+                self.owner[self.key] = kind(value.item())
+            return
         current = self.get()
         with torch.no_grad():
             if value is None:
@@ -252,11 +267,26 @@ def _same_tensor(a: Slot, b: Slot) -> bool:
         return False
     if a.kind == "tensor":
         return a.tensor is b.tensor
-    if a.kind == "item":
+    if a.kind in ("item", "scalar"):
         return a.owner is b.owner and a.key == b.key
     if a.kind == "grad":
         return a.owner is b.owner
     return a.owner is b.owner and a.key[0] is b.key[0]
+
+
+def _scalar_at(owner: Any, key: Any) -> Any:
+    """The int, float or bool at owner[key], or None."""
+    if isinstance(owner, list):
+        value = owner[key] if key < len(owner) else None
+    else:
+        value = owner.get(key)
+    return value if isinstance(value, (int, float)) else None
+
+
+def _scalar_dtype(value: Any) -> Any:
+    import torch
+
+    return torch.float64 if isinstance(value, float) else torch.int64
 
 
 def _cuda_devices(state: StateMap, paths: list[str]) -> set[int]:
@@ -284,6 +314,9 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     from torch import nn
 
     state = StateMap()
+    # Whether numbers found at this level are state: not inside modules (their numbers are configuration:
+    # eps, sizes, flags), nor in the objects and configs a module holds.
+    scalars_here = [True]
     seen_objects: set[int] = set()
     seen_tensors: set[int] = set()
     budget = [MAX_OBJECTS]
@@ -292,6 +325,10 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
         state.slots.setdefault(slot.path, slot)
 
     def visit(value: Any, path: str, depth: int, owner: Any = None, key: Any = None) -> None:
+        if isinstance(value, (int, float)) and owner is not None and scalars_here[-1]:
+            # A number a step may change in Python: a scheduler's epoch, an optimizer group's lr.
+            add(Slot(path, "scalar", owner=owner, key=key))
+            return
         if isinstance(value, _LEAF_TYPES) or isinstance(value, _OPAQUE_TYPES):
             return
         if isinstance(value, torch.Tensor):
@@ -317,14 +354,18 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
                 for name, tensor in list(table.items()):
                     if tensor is not None:
                         visit(tensor, f"{path}.{name}", depth + 1, table, name)
-            for name, module in value._modules.items():
-                if module is not None:
-                    visit(module, f"{path}.{name}", depth + 1)
-            attributes = vars(value)
-            for name, item in list(attributes.items()):
-                if name.startswith("_") or name == "training":
-                    continue
-                visit(item, f"{path}.{name}", depth + 1, attributes, name)
+            scalars_here.append(False)
+            try:
+                for name, module in value._modules.items():
+                    if module is not None:
+                        visit(module, f"{path}.{name}", depth + 1)
+                attributes = vars(value)
+                for name, item in list(attributes.items()):
+                    if name.startswith("_") or name == "training":
+                        continue
+                    visit(item, f"{path}.{name}", depth + 1, attributes, name)
+            finally:
+                scalars_here.pop()
             return
         if isinstance(value, torch.optim.Optimizer):
             parameters = [p for group in value.param_groups for p in group["params"]]
@@ -338,6 +379,14 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
                 visit(parameter, f"{path}.param[{index}]", depth + 1)
                 for key in keys:
                     add(Slot(f"{path}.state[{index}].{key}", "optimizer", owner=value, key=(parameter, key)))
+            scalars_here.append(True)
+            try:
+                for index, group in enumerate(value.param_groups):  # lr, momentum, ...: a scheduler moves them
+                    for key, item in group.items():
+                        if key != "params":
+                            visit(item, f"{path}.param_groups[{index}][{key!r}]", depth + 1, group, key)
+            finally:
+                scalars_here.pop()
             return
         if isinstance(value, dict):
             for name, item in list(value.items()):
