@@ -528,3 +528,27 @@ def test_a_learning_rate_schedule_is_state_restored_and_compared(planted):
     assert outcomes[0].status == "rolled_back"
     assert "param_groups[0]['lr']" in outcomes[0].reason or "last_epoch" in outcomes[0].reason, outcomes[0].reason
     assert (optimizer.param_groups[0]["lr"], scheduler.last_epoch) == (lr, epoch)
+
+
+def test_graphs_refuses_a_step_that_moves_a_python_schedule():
+    from gpuadvisor.fixes.safety import analyze_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)
+    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+
+    def train(state, inputs):
+        state["optimizer"].zero_grad()
+        loss = state["model"](inputs[0]).sum()
+        loss.backward()
+        state["optimizer"].step()
+        state["scheduler"].step()
+        return loss.detach()
+
+    workload = Workload("s.py", state, (torch.randn(4, 8),), lambda: None, None, "s").with_step(state, train)
+    kinds = [(finding.kind, finding.reason) for finding in analyze_step(workload).findings]
+    assert [kind for kind, _ in kinds] == ["python_state"]
+    assert "param_groups[0]['lr']" in kinds[0][1] and "last_epoch" in kinds[0][1]
+    assert optimizer.param_groups[0]["lr"] == 0.1 and scheduler.last_epoch == 0  # the analysis ran on a copy

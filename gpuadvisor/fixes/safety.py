@@ -75,7 +75,8 @@ BAKE_CHECK_SEED = 7_919  # the fresh inputs on which a library's host syncs must
 class SafetyFinding:
     """One thing in the step that a CUDA graph cannot capture."""
 
-    kind: str  # host_sync | cpu_copy | data_dependent_shape | cpu_op | host_to_device_copy | changing_shape
+    # host_sync | cpu_copy | data_dependent_shape | cpu_op | host_to_device_copy | changing_shape | python_state
+    kind: str
     op: str  # the aten op, e.g. "aten._local_scalar_dense"
     where: str | None  # "model.py:12", the user's line; None when no user frame was on the stack
     reason: str  # one line: "host sync: .item() at model.py:12 (aten._local_scalar_dense)"
@@ -332,11 +333,14 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     recorders = []
     fresh_syncs = None
     try:
+        numbers = [slot for slot in reachable if slot.kind == "scalar"]
+        numbers_after: list[dict[str, Any]] = []
         for _ in range(runs):
             recorder = Recorder()
             with recorder:
                 step_fn()
             recorders.append(recorder)
+            numbers_after.append({slot.path: _scalar_value(slot) for slot in numbers})
         if recorders[-1].syncs and all(via for via, _, _ in recorders[-1].syncs):
             # Host syncs inside a library (transformers' mask checks): do they take the same values on fresh
             # inputs? Then they pick a fixed path for these shapes and can be baked into a graph.
@@ -380,6 +384,19 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
         change = _first_change(recorders[-2].records, recorders[-1].records)
         if change is not None:
             analysis.findings.append(change)
+        moved = [path for path, value in numbers_after[-1].items() if numbers_after[-2].get(path) != value]
+        if moved:
+            shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+            analysis.findings.append(
+                SafetyFinding(
+                    "python_state",
+                    "",
+                    None,
+                    f"the step changes Python numbers on every call ({shown}), which a replayed graph would not",
+                    "step a learning-rate scheduler (or other Python-side counter) outside the captured step, or"
+                    " keep the value in a tensor (capturable optimizers take a tensor lr)",
+                )
+            )
     analysis.ops_per_run = [len(recorder.records) for recorder in recorders]
     analysis.writes_state = list(written)
     return analysis
@@ -461,6 +478,11 @@ def _classify(func, args, kwargs, tensors, result, on_cuda, op, where, source) -
                 "cpu_op", op, where, f"CPU tensor: {op} creates a tensor on the CPU{at}", SUGGEST_GPU_TENSOR
             )
     return None
+
+
+def _scalar_value(slot: Any) -> Any:
+    value = slot.get()
+    return None if value is None else value.item()
 
 
 def _plain(value: Any) -> Any:
