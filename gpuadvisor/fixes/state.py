@@ -46,6 +46,8 @@ from typing import Any
 
 MAX_DEPTH = 12  # model -> state object -> module tree -> cache -> layers -> tensor fits well inside
 MAX_OBJECTS = 200_000  # objects visited before the walk gives up on the rest (a model holding a data set)
+# A longer list of numbers is data (a log of losses), not state to restore number by number.
+MAX_SCALAR_LIST = 64
 # Snapshots go on the tensors' device while the total leaves this fraction of free device memory.
 DEVICE_SNAPSHOT_FRACTION = 0.8
 
@@ -393,8 +395,14 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
                 visit(item, f"{path}[{name!r}]", depth + 1, value, name)
             return
         if isinstance(value, list):
-            for index, item in enumerate(list(value)):
-                visit(item, f"{path}[{index}]", depth + 1, value, index)
+            if len(value) > MAX_SCALAR_LIST and isinstance(value[0], _LEAF_TYPES):
+                return  # a long list of numbers or strings: data (a log of losses, token strings), no tensors
+            scalars_here.append(scalars_here[-1] and len(value) <= MAX_SCALAR_LIST)
+            try:
+                for index, item in enumerate(list(value)):
+                    visit(item, f"{path}[{index}]", depth + 1, value, index)
+            finally:
+                scalars_here.pop()
             return
         if isinstance(value, tuple):
             for index, item in enumerate(value):
