@@ -26,7 +26,6 @@ The output of a replay lives in the graph's pool and is overwritten by the next 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gpuadvisor.fixes.base import Applied, Fix, Refusal
@@ -179,23 +178,24 @@ class GraphsFix(Fix):
     def apply(self, workload: Any) -> Applied:
         import torch
 
-        from gpuadvisor.fixes.safety import SyncRecorder, SyncReplay, copy_fits
+        from gpuadvisor.fixes.safety import host_sync_mode, private_copy
         from gpuadvisor.fixes.state import collect_state, step_globals
 
         analysis = self.analysis(workload)
         changes: list[str] = []
         model = workload.model
         copied = None
-        outside = collect_state({"step": step_globals(workload.step)})
+        own = step_globals(workload.step)
+        outside = collect_state({"step": own})
         if outside.slots:
             # The step drives state of its own (a module-level optimizer holding the model's parameters): a copy
             # of the model would be trained by nobody, so capture on the model itself.
             names = sorted({path.split(".")[0].split("[")[0] for path in outside.slots})
             changes.append(f"the step uses {', '.join(names)} from its module, so the model itself is captured")
-        elif copy_fits(model, 2):
+        else:
             # Capture on a copy where memory allows, so the user's model keeps working eagerly beside the graph
             # (the analysis sees aten ops only: a Triton or extension kernel writing a buffer is invisible to it).
-            copied = private_copy_or_none(model)
+            copied = private_copy(model, 2)
         if copied is not None:
             model = copied
             if analysis.writes_state:
@@ -208,16 +208,16 @@ class GraphsFix(Fix):
                 "captured on the model itself (it cannot be deep-copied, or a copy does not fit): its state is"
                 " restored after the warm-up, and the eager model and the graph share it"
             )
-        changes += make_capturable({"model": model, "step": step_globals(workload.step)})
+        changes += make_capturable({"model": model, "step": own})
 
         static_inputs = clone_tensors(workload.inputs)
         # Warm-up steps write state (a cache, an optimizer step, BatchNorm statistics): put it back afterwards,
         # so the patched step starts where the user's state was.
-        state = collect_state({"model": model, "inputs": static_inputs, "step": step_globals(workload.step)})
+        state = collect_state({"model": model, "inputs": static_inputs, "step": own})
         before = state.snapshot()
         side_stream = torch.cuda.Stream()
         side_stream.wait_stream(torch.cuda.current_stream())
-        recorder = SyncRecorder()
+        recorder = host_sync_mode()
         with torch.cuda.stream(side_stream):
             for index in range(WARMUP_STEPS):
                 if index == WARMUP_STEPS - 1 and analysis.baked_syncs:
@@ -233,7 +233,7 @@ class GraphsFix(Fix):
             # Library host syncs that take the same values for any input of these shapes (checked on fresh
             # inputs by the analysis; the numerics guard checks fresh inputs again): answered from the warm-up
             # during capture, where a sync would raise, so the graph keeps the path they chose.
-            replay = SyncReplay(recorder.values)
+            replay = host_sync_mode(replay=recorder.values)
             with torch.cuda.graph(graph), replay:
                 static_output = workload.step(model, static_inputs)
             where = ", ".join(analysis.baked_where[:2]) + (", ..." if len(analysis.baked_where) > 2 else "")
@@ -262,14 +262,6 @@ class GraphsFix(Fix):
             "inputs are copied into static buffers before each replay; the output is overwritten by the next"
         )
         return Applied(patched, changes)
-
-
-def private_copy_or_none(model: Any) -> Any:
-    """A deep copy of ``model``, or None when it cannot be copied (a buffer with autograd history, a lock)."""
-    try:
-        return copy.deepcopy(model)
-    except Exception:
-        return None
 
 
 def make_capturable(roots: dict[str, Any], undo: list | None = None) -> list[str]:

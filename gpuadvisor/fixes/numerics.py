@@ -219,7 +219,7 @@ def check_numerics(
     import torch
 
     from gpuadvisor.fixes.safety import model_device
-    from gpuadvisor.fixes.state import collect_state, describe_paths, workload_roots
+    from gpuadvisor.fixes.state import collect_state, describe_paths, same_slot, workload_roots
     from gpuadvisor.workload import _make_step_fn
 
     if policy not in ("model", "fp8"):
@@ -236,7 +236,7 @@ def check_numerics(
         slot.path
         for slot in patched_state
         if not (slot.kind in ("tensor", "item") and id(slot.get()) in original_ids)
-        and not (slot.path in original_state and _shared(original_state[slot.path], slot))
+        and not (slot.path in original_state and same_slot(original_state[slot.path], slot))
     ]
     start = original_state.snapshot()
     patched_start = patched_state.snapshot(own_patched)
@@ -319,7 +319,15 @@ def check_numerics(
 
         dtype = next(
             (t.dtype for run_ in runs_original for _, t in run_.outputs if t.dtype.is_floating_point),
-            next((t.dtype for run_ in runs_original for t in run_.state_after.values() if _floating(t)), None),
+            next(
+                (
+                    t.dtype
+                    for run_ in runs_original
+                    for t in run_.state_after.values()
+                    if t is not None and t.dtype.is_floating_point
+                ),
+                None,
+            ),
         )
         dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else None
 
@@ -386,16 +394,6 @@ def _start_differs(patched_state: Any, patched_start: Any, start: Any, paths: li
         if value > 0:
             return path, value
     return None
-
-
-def _shared(a: Any, b: Any) -> bool:
-    from gpuadvisor.fixes.state import _same_tensor
-
-    return _same_tensor(a, b)
-
-
-def _floating(tensor: Any) -> bool:
-    return tensor is not None and tensor.dtype.is_floating_point
 
 
 def _rng_states(on_cuda: bool) -> tuple:

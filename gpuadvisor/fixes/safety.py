@@ -171,10 +171,11 @@ def copy_fits(model: Any, copies: float = 1.0) -> bool:
     return state_bytes(model) * copies <= free_bytes
 
 
-def private_copy(model: Any) -> Any | None:
-    """A deep copy of the model, or None when memory does not allow one or the model cannot be deep-copied
-    (it holds a lock, a file, a compiled artifact): the caller then runs on the model itself and says so."""
-    if not copy_fits(model, 1.1):  # 10% headroom for the allocator's rounding
+def private_copy(model: Any, copies: float = 1.1) -> Any | None:
+    """A deep copy of the model, or None when ``copies`` copies of its state do not fit (1.1: 10% headroom for
+    the allocator's rounding) or the model cannot be deep-copied (it holds a lock, a file, a compiled artifact,
+    a buffer with autograd history): the caller then runs on the model itself and says so."""
+    if not copy_fits(model, copies):
         return None
     try:
         return copy.deepcopy(model)
@@ -203,7 +204,7 @@ def _library_folders() -> tuple[str, ...]:
     import torch
 
     folders = {os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.path.dirname(__file__))}
-    for key in ("stdlib", "platstdlib"):
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):  # site-packages too (a venv keeps it apart)
         if folder := sysconfig.get_paths().get(key):
             folders.add(os.path.abspath(folder))
     try:
@@ -492,50 +493,33 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class SyncRecorder:
-    """A dispatch mode that records the values of the step's host syncs (``aten._local_scalar_dense``)."""
+def host_sync_mode(replay: list[Any] | None = None) -> Any:
+    """A dispatch mode for the step's host syncs (``aten._local_scalar_dense``).
 
-    def __new__(cls):
-        from torch.utils._python_dispatch import TorchDispatchMode
+    Without ``replay`` it records their values in ``mode.values``. With ``replay`` it answers them from that
+    list instead of syncing: inside a CUDA graph capture a sync would raise, and the values were checked to be
+    the same for fresh inputs.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-        class _Recorder(TorchDispatchMode):
-            def __init__(self) -> None:
-                super().__init__()
-                self.values: list[Any] = []
+    class HostSyncs(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.values: list[Any] = [] if replay is None else list(replay)
+            self.used = 0
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                result = func(*args, **(kwargs or {}))
-                if func._schema.name.endswith("::_local_scalar_dense"):
-                    self.values.append(result)
-                return result
-
-        return _Recorder()
-
-
-class SyncReplay:
-    """A dispatch mode that answers the step's host syncs with recorded values instead of syncing: inside a
-    CUDA graph capture, a sync would raise; the values were checked to be the same for fresh inputs."""
-
-    def __new__(cls, values: list[Any]):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        class _Replay(TorchDispatchMode):
-            def __init__(self) -> None:
-                super().__init__()
-                self.values = list(values)
-                self.used = 0
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func._schema.name.endswith("::_local_scalar_dense"):
-                    if self.used >= len(self.values):
-                        raise RuntimeError(
-                            f"the step made more host syncs during capture than the {len(self.values)} recorded"
-                        )
-                    self.used += 1
-                    return self.values[self.used - 1]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func._schema.name.endswith("::_local_scalar_dense"):
                 return func(*args, **(kwargs or {}))
+            if replay is None:
+                self.values.append(func(*args, **(kwargs or {})))
+                return self.values[-1]
+            if self.used >= len(self.values):
+                raise RuntimeError(f"the step made more host syncs during capture than the {len(self.values)} recorded")
+            self.used += 1
+            return self.values[self.used - 1]
 
-        return _Replay()
+    return HostSyncs()
 
 
 def _library_suggestion(via: str, finding: SafetyFinding) -> str:

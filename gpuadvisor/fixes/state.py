@@ -258,13 +258,14 @@ class StateMap:
             if reshaped or (value is not None and current is not None and current.dtype != value.dtype):
                 missing.append(path)
                 continue
-            if other.slots.get(path) is not None and _same_tensor(other.slots[path], slot):
+            if other.slots.get(path) is not None and same_slot(other.slots[path], slot):
                 continue  # shared with the other map: already restored there
             slot.put(value)
         return missing
 
 
-def _same_tensor(a: Slot, b: Slot) -> bool:
+def same_slot(a: Slot, b: Slot) -> bool:
+    """Whether two slots (of two state maps) are the same piece of state: shared between two workloads."""
     if a.kind != b.kind:
         return False
     if a.kind == "tensor":
