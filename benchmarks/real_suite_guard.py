@@ -28,32 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SUITE = ROOT / "examples" / "real"
-
-
-def module_of(model):
-    import torch
-
-    if isinstance(model, torch.nn.Module):
-        return model
-    values = model.values() if isinstance(model, dict) else vars(model).values()
-    return next(value for value in values if isinstance(value, torch.nn.Module))
-
-
-def head_weight(module):
-    """The output head's weight (transformers' output embedding, tied or not), else the last 2-D floating
-    parameter that is not all zeros (torchvision's ViT starts its head at zeros)."""
-    names = {id(p): n for n, p in module.named_parameters()}
-    head = getattr(module, "get_output_embeddings", lambda: None)()
-    if head is not None and id(head.weight) in names:
-        return names[id(head.weight)], head.weight
-    candidates = [(n, p) for n, p in module.named_parameters() if p.dim() == 2 and p.is_floating_point()]
-    return [(n, p) for n, p in candidates if bool(p.detach().abs().sum() > 0)][-1]
-
-
-def kind_of(path: Path) -> str:
-    import re
-
-    return re.search(r'^KIND = "(\w+)"', path.read_text(), re.MULTILINE).group(1)
+sys.path.insert(0, str(SUITE))
+from _real import head_weight, kind_of, module_of  # noqa: E402
 
 
 def time_interleaved(runners: dict, steps: int, rounds: int) -> dict[str, list[float]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,14 +26,11 @@ from gpuadvisor.fixes.state import collect_state  # noqa: E402
 from gpuadvisor.workload import Workload, load_workload  # noqa: E402
 
 SUITE = Path(__file__).resolve().parent.parent / "examples" / "real"
+sys.path.insert(0, str(SUITE))
+from _real import LLAMA_CONFIGS, head_weight, kind_of, module_of  # noqa: E402
+
 FILES = sorted(path for path in SUITE.glob("*.py") if not path.name.startswith("_"))
 LIBRARIES = ("timm", "torchvision", "transformers")
-
-
-def kind_of(path: Path) -> str:
-    match = re.search(r'^KIND = "(\w+)"', path.read_text(), re.MULTILINE)
-    assert match, f"{path.name} has no KIND"
-    return match.group(1)
 
 
 def needs(path: Path) -> list[str]:
@@ -50,26 +48,6 @@ def load(path: Path, monkeypatch) -> Workload:
             pytest.skip(f"{path.name}: {library} does not import here ({type(error).__name__}: {error})")
     monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
     return load_workload(str(path))
-
-
-def module_of(model):
-    """The nn.Module a workload's model is or holds (a training state holds the module and its optimizer)."""
-    if isinstance(model, torch.nn.Module):
-        return model
-    values = model.values() if isinstance(model, dict) else vars(model).values()
-    return next(value for value in values if isinstance(value, torch.nn.Module))
-
-
-def head_weight(module) -> tuple[str, torch.Tensor]:
-    """The output head's weight, so that scaling it moves the output: transformers' output embedding (which a
-    tied model shares with the input embedding), else the last 2-D floating parameter that is not all zeros
-    (torchvision's ViT starts its head at zeros)."""
-    names = {id(p): n for n, p in module.named_parameters()}
-    head = getattr(module, "get_output_embeddings", lambda: None)()
-    if head is not None and id(head.weight) in names:
-        return names[id(head.weight)], head.weight
-    candidates = [(n, p) for n, p in module.named_parameters() if p.dim() == 2 and p.is_floating_point()]
-    return [(n, p) for n, p in candidates if bool(p.detach().abs().sum() > 0)][-1]
 
 
 def state_values(workload: Workload) -> dict[str, torch.Tensor | None]:
@@ -385,15 +363,7 @@ def dynamic_cache_decode() -> Workload:
     """transformers' default cache: DynamicCache concatenates each step's keys into new tensors."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=176,
-        vocab_size=256,
-        max_position_embeddings=64,
-    )
+    config = transformers.LlamaConfig(**LLAMA_CONFIGS["small"])
     model = transformers.LlamaForCausalLM(config).eval()
     cache = transformers.DynamicCache(config=config)
     with torch.no_grad():

@@ -1,4 +1,5 @@
-"""What the suite's workload files share: the size switch and transformers' decoder recipes.
+"""What the suite's workload files share: the size switch and transformers' decoder recipes; and, for the
+suite's tests and benchmarks, how to read a file's KIND and find a model's module and output head.
 
 Not a workload: its name starts with ``_``, so the suite's tests and benchmarks skip it. The files import it
 as a neighbour (``gpuadvisor`` puts a workload file's folder on ``sys.path`` while it loads the file).
@@ -9,6 +10,8 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
+from pathlib import Path
 
 import torch
 
@@ -112,3 +115,31 @@ def prefill_step(model, inputs):
     (input_ids,) = inputs
     with torch.no_grad():
         return model(input_ids=input_ids, use_cache=False).logits
+
+
+def kind_of(path: str | Path) -> str:
+    """A suite file's ``KIND`` ("decode", "prefill", "train" or "infer"), read from its source, not imported."""
+    match = re.search(r'^KIND = "(\w+)"', Path(path).read_text(), re.MULTILINE)
+    if match is None:
+        raise ValueError(f"{Path(path).name} has no KIND")
+    return match.group(1)
+
+
+def module_of(model):
+    """The nn.Module a workload's model is or holds (a training state holds the module and its optimizer)."""
+    if isinstance(model, torch.nn.Module):
+        return model
+    values = model.values() if isinstance(model, dict) else vars(model).values()
+    return next(value for value in values if isinstance(value, torch.nn.Module))
+
+
+def head_weight(module) -> tuple[str, torch.Tensor]:
+    """The output head's weight, so that scaling it moves the output: transformers' output embedding (which a
+    tied model shares with the input embedding), else the last 2-D floating parameter that is not all zeros
+    (torchvision's ViT starts its head at zeros)."""
+    names = {id(p): n for n, p in module.named_parameters()}
+    head = getattr(module, "get_output_embeddings", lambda: None)()
+    if head is not None and id(head.weight) in names:
+        return names[id(head.weight)], head.weight
+    candidates = [(n, p) for n, p in module.named_parameters() if p.dim() == 2 and p.is_floating_point()]
+    return [(n, p) for n, p in candidates if bool(p.detach().abs().sum() > 0)][-1]
