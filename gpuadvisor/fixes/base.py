@@ -28,7 +28,9 @@ from typing import Any, Literal
 #   "model": whole-model output against an fp32 copy of the original; the patched run's error may be at
 #            most 2x the original low-precision run's own error (fp32 models: relative L2 <= 1e-4).
 #   "fp8":   signal-to-quantization-noise ratio of the patched output against the original, >= 25 dB.
-NumericsPolicy = Literal["model", "fp8"]
+#   "bf16":  a float32 model run under bf16 autocast: each output and state write against the original's, within a
+#            multiple of how far the original moves when its weights and inputs are rounded to bf16.
+NumericsPolicy = Literal["model", "fp8", "bf16"]
 
 Status = Literal["applied", "refused", "rolled_back", "failed"]
 
@@ -58,6 +60,9 @@ class Applied:
     workload: Any  # gpuadvisor.workload.Workload
     changes: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # [{"target": "layers.0.w1", "reason": "..."}]
+    # What the fix measured or chose, for the report (compile: the mode picked, each mode's time, compile seconds,
+    # graph breaks); plain JSON values only.
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +79,7 @@ class FixOutcome:
     numerics: dict[str, Any] | None = None  # gpuadvisor.fixes.numerics.NumericsResult.to_dict()
     predicted_saving_us: float | None = None  # from the findings that recommend this fix (filled by apply)
     details: list[str] = field(default_factory=list)  # refused: every blocking finding, one line each
+    facts: dict[str, Any] = field(default_factory=dict)  # Applied.facts of an applied fix
     # failed: the exception's full traceback, for --debug only; not part of the report (to_dict leaves it out).
     debug_traceback: str | None = field(default=None, repr=False)
 
@@ -89,6 +95,7 @@ class FixOutcome:
             "numerics": self.numerics,
             "predicted_saving_us": self.predicted_saving_us,
             "details": list(self.details),
+            "facts": dict(self.facts),
         }
 
 
