@@ -120,8 +120,10 @@ def planted():
 
 
 def test_fix_order_puts_module_swaps_before_the_graph():
-    assert FIX_ORDER == ("fusion", "fp8", "graphs")
+    # Model-wide switches, then module swaps, then what compiles or captures the result.
+    assert FIX_ORDER == ("sdpa", "channels_last", "bf16", "fused_optimizer", "fusion", "fp8", "compile", "graphs")
     assert resolve_fix_ids("graphs,fusion,fp8", []) == ["fusion", "fp8", "graphs"]
+    assert resolve_fix_ids("graphs,bf16,sdpa,compile", []) == ["sdpa", "bf16", "compile", "graphs"]
     assert resolve_fix_ids(" Graphs , graphs ", []) == ["graphs"]
 
 
@@ -391,7 +393,10 @@ def test_model_policy_measures_the_bf16_models_own_error_against_fp32():
 
     worse = check_numerics(original, original.with_step(copy.deepcopy(original.model), off), "model")
     assert (
-        not worse.passed and worse.value > worse.bound and worse.reference_error == pytest.approx(same.reference_error)
+        not worse.passed
+        and worse.value > worse.bound
+        # the model's own error on the trial judged worst: the same order as above
+        and worse.reference_error == pytest.approx(same.reference_error, rel=0.5)
     )
 
 

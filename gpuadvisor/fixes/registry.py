@@ -36,14 +36,23 @@ from gpuadvisor.fixes.base import Fix, FixOutcome, NothingToApply
 
 logger = logging.getLogger(__name__)
 
-# Module swaps (fusion, fp8) before the CUDA graph that captures them.
-FIX_ORDER = ("fusion", "fp8", "graphs")
+# Model-wide switches first (attention implementation, memory layout, autocast, optimizer implementation), then
+# module swaps (fusion, fp8), then what compiles or captures the result (torch.compile, the CUDA graph).
+FIX_ORDER = ("sdpa", "channels_last", "bf16", "fused_optimizer", "fusion", "fp8", "compile", "graphs")
 
 _REGISTRY: dict[str, str | Fix] = {
+    "sdpa": "gpuadvisor.fixes.sdpa:SdpaFix",
+    "channels_last": "gpuadvisor.fixes.layout:ChannelsLastFix",
+    "bf16": "gpuadvisor.fixes.autocast:Bf16Fix",
+    "fused_optimizer": "gpuadvisor.fixes.optimizers:FusedOptimizerFix",
     "fusion": "gpuadvisor.fixes.fusion:FusionFix",
     "fp8": "gpuadvisor.fixes.fp8:Fp8Fix",
+    "compile": "gpuadvisor.fixes.compile:CompileFix",
     "graphs": "gpuadvisor.fixes.graphs:GraphsFix",
 }
+# A stage is judged by the loosest policy applied so far: once fp8 weights (or bf16 autocast) are in, a CUDA graph
+# or torch.compile of that model is held to that policy's bound, not to the original's own precision.
+LOOSEST_FIRST = ("fp8", "bf16", "model")
 _EXTRA_ORDER: list[str] = []  # ids registered with register_fix, in registration order
 
 # progress(fix_id, stage): stage is "check", "apply", "numerics" or the final status ("applied", "refused", ...).
@@ -173,11 +182,13 @@ def apply_fixes(
                 applied = fix.apply(current)
                 outcome.changes = list(applied.changes)
                 outcome.skipped = [dict(item) for item in applied.skipped]
+                outcome.facts = dict(applied.facts)
                 passed = True
                 if guard:
                     stage = "numerics"
                     report(fix_id, stage)
-                    policy = "fp8" if "fp8" in applied_policies | {fix.numerics} else fix.numerics
+                    policies = applied_policies | {fix.numerics}
+                    policy = next((p for p in LOOSEST_FIRST if p in policies), fix.numerics)
                     result = check_numerics(workload, applied.workload, policy)
                     outcome.numerics = result.to_dict()
                     passed = result.passed

@@ -425,10 +425,13 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
 def step_globals(step: Any) -> dict[str, Any]:
     """What a step function reaches besides its two arguments: the module-level names its code refers to and
     its closure's cells (a training step that uses a module-level ``optimizer``), less modules, functions and
-    classes. ``{}`` for anything that is not a plain Python function."""
+    classes. ``{}`` for anything that is not a plain Python function. A wrapper made with ``functools.wraps``
+    (a fix's patched step around the user's, a ``@torch.no_grad()`` step) is looked through to the step it
+    wraps: what that step reaches is what the wrapper reaches."""
     import inspect
 
-    function = getattr(step, "__func__", step)  # a bound method: its function
+    function = inspect.unwrap(getattr(step, "__func__", step))  # a bound method: its function
+    function = getattr(function, "__func__", function)
     code = getattr(function, "__code__", None)
     if code is None or not inspect.isfunction(function):
         return {}

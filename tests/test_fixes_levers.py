@@ -1,0 +1,356 @@
+"""The model-wide fixes: sdpa, channels_last, bf16 autocast, fused optimizers (gpuadvisor/fixes/{sdpa,layout,
+autocast,optimizers}.py), on the real-model suite's small CPU sizes, through the registry with the numerics guard:
+applied and passed, the original untouched, refusals with their reasons, planted wrong variants rolled back."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from gpuadvisor.fixes import numerics  # noqa: E402
+from gpuadvisor.fixes.autocast import Bf16Fix  # noqa: E402
+from gpuadvisor.fixes.base import Applied, Fix  # noqa: E402
+from gpuadvisor.fixes.layout import ChannelsLastFix  # noqa: E402
+from gpuadvisor.fixes.optimizers import FusedOptimizerFix  # noqa: E402
+from gpuadvisor.fixes.registry import apply_fixes, register_fix, unregister_fix  # noqa: E402
+from gpuadvisor.fixes.sdpa import SdpaFix  # noqa: E402
+from gpuadvisor.fixes.state import collect_state  # noqa: E402
+from gpuadvisor.workload import Workload, load_workload  # noqa: E402
+
+SUITE = Path(__file__).resolve().parent.parent / "examples" / "real"
+sys.path.insert(0, str(SUITE))
+from _real import head_weight, module_of  # noqa: E402
+
+LIBRARIES = ("timm", "torchvision", "transformers")
+
+
+@pytest.fixture(autouse=True)
+def one_trial(monkeypatch):
+    """One fresh-input trial per guard run (the guard's default is 2): keeps the file under its time budget."""
+    monkeypatch.setattr(numerics.check_numerics, "__kwdefaults__", {"trials": 1, "seed": 0})
+
+
+def load(name: str, monkeypatch) -> Workload:
+    path = SUITE / f"{name}.py"
+    text = path.read_text()
+    for library in LIBRARIES:
+        if re.search(rf"^(from|import) {library}\b", text, re.MULTILINE):
+            if importlib.util.find_spec(library) is None:
+                pytest.skip(f"{path.name} needs {library}")
+            try:
+                __import__(library)
+            except Exception as error:
+                pytest.skip(f"{path.name}: {library} does not import ({type(error).__name__})")
+    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
+    return load_workload(str(path))
+
+
+def state_values(workload: Workload) -> dict:
+    state = collect_state({"model": workload.model, "inputs": workload.inputs})
+    return {slot.path: (None if (v := slot.get()) is None else v.detach().clone()) for slot in state}
+
+
+def assert_same_state(before: dict, workload: Workload) -> None:
+    after = state_values(workload)
+    assert after.keys() == before.keys()
+    for path, value in before.items():
+        assert (value is None) == (after[path] is None), f"{path} appeared or vanished"
+        if value is not None:
+            assert torch.equal(value, after[path]), f"{path} changed"
+
+
+def only(workload: Workload, fix_id: str):
+    final, outcomes = apply_fixes(workload, [fix_id])
+    (outcome,) = outcomes
+    return final, outcome
+
+
+class Variant(Fix):
+    """A fix built from a function (workload -> Applied), registered for one test."""
+
+    def __init__(self, fix_id: str, make, policy: str = "model"):
+        self.id, self.title, self.make, self.numerics = fix_id, fix_id, make, policy
+
+    def check(self, workload):
+        return None
+
+    def apply(self, workload):
+        return self.make(workload)
+
+
+@pytest.fixture
+def planted():
+    registered = []
+
+    def plant(fix_id: str, make, policy: str = "model") -> str:
+        register_fix(Variant(fix_id, make, policy))
+        registered.append(fix_id)
+        return fix_id
+
+    yield plant
+    for fix_id in registered:
+        unregister_fix(fix_id)
+
+
+def scaled_output(applied: Applied, factor: float) -> Applied:
+    step = applied.workload.step
+
+    @functools.wraps(step)
+    def wrong(model, inputs):
+        return step(model, inputs) * factor
+
+    return Applied(applied.workload.with_step(applied.workload.model, wrong), ["wrong"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sdpa
+
+
+def test_sdpa_on_gpt2_eager_is_applied_passes_and_leaves_the_config_eager(monkeypatch):
+    workload = load("hf_gpt2_eager_attention", monkeypatch)
+    before = state_values(workload)
+    final, outcome = only(workload, "sdpa")
+    assert outcome.status == "applied", outcome.reason
+    assert outcome.numerics["passed"] and 0 < outcome.numerics["value"] <= outcome.numerics["bound"]
+    assert "GPT2LMHeadModel: attention on 'sdpa'" in outcome.changes[0]
+    assert final.model is workload.model  # weights shared, switched only during the step
+    assert workload.model.config._attn_implementation == "eager"
+    seen = []
+    attention = type(workload.model.transformer.h[0].attn)
+    original_forward = attention.forward
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.config._attn_implementation)
+        return original_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "forward", spy)
+    final.step_fn()
+    assert seen and set(seen) == {"sdpa"}
+    assert workload.model.config._attn_implementation == "eager"
+    assert_same_state(before, workload)
+    again = SdpaFix().check(final)
+    assert again is not None and "already runs on 'sdpa'" in again.reason
+
+
+def test_sdpa_variant_with_unscaled_attention_is_rolled_back(monkeypatch, planted):
+    workload = load("hf_gpt2_eager_attention", monkeypatch)
+
+    def unscaled(workload):
+        applied = SdpaFix().apply(workload)
+        step = applied.workload.step
+        layers = [m for m in workload.model.modules() if hasattr(m, "scaling") and hasattr(m, "head_dim")]
+
+        def wrong(model, inputs):  # sdpa, but the 1/sqrt(d) scaling dropped: a plausible porting mistake
+            for layer in layers:
+                layer.scaling = 1.0
+            try:
+                return step(model, inputs)
+            finally:
+                for layer in layers:
+                    layer.scaling = layer.head_dim**-0.5
+
+        return Applied(applied.workload.with_step(workload.model, wrong), applied.changes)
+
+    fix_id = planted("planted_sdpa_unscaled", unscaled)
+    _, outcome = only(workload, fix_id)
+    assert outcome.status == "rolled_back", outcome.numerics
+    assert "output" in outcome.reason
+
+
+def test_sdpa_refusals(monkeypatch):
+    workload = load("hf_gpt2_eager_attention", monkeypatch)
+    workload.model.config._attn_implementation = "sdpa"
+    try:
+        refusal = SdpaFix().check(workload)
+        assert refusal is not None and refusal.reason.startswith("attention already runs on 'sdpa'")
+    finally:
+        workload.model.config._attn_implementation = "eager"
+    plain = nn.Sequential(nn.Linear(8, 8))
+    x = torch.randn(2, 8)
+    refusal = SdpaFix().check(Workload("m.py", plain, (x,), lambda: plain(x), None, "m"))
+    assert "no transformers model: Sequential" in refusal.reason
+    assert "transformers' attention switch" in refusal.reason
+    assert "scaled_dot_product_attention" in refusal.suggestion
+    _, outcomes = apply_fixes(Workload("m.py", plain, (x,), lambda: plain(x), None, "m"), ["sdpa"])
+    assert outcomes[0].status == "refused"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# channels_last
+
+
+def test_channels_last_on_resnet_training_is_applied_passes_and_leaves_the_original(monkeypatch):
+    workload = load("hf_resnet_train", monkeypatch)
+    workload.step_fn()  # momentum buffers exist: the copy must carry them
+    before = state_values(workload)
+    final, outcome = only(workload, "channels_last")
+    assert outcome.status == "applied", outcome.reason
+    assert outcome.numerics["passed"], outcome.numerics["detail"]
+    assert "17 Conv2d" in outcome.changes[0]
+    assert_same_state(before, workload)
+    conv = workload.model.model.resnet.embedder.embedder.convolution.weight
+    assert not conv.is_contiguous(memory_format=torch.channels_last)
+    copied = final.model.model.resnet.embedder.embedder.convolution.weight
+    assert copied.is_contiguous(memory_format=torch.channels_last)
+    # the copied optimizer updates the copied parameters, not the original's
+    copied_params = {id(p) for g in final.model.optimizer.param_groups for p in g["params"]}
+    assert id(copied) in copied_params and id(conv) not in copied_params
+    final.step_fn()
+    assert_same_state(before, workload)
+    again = ChannelsLastFix().check(final)
+    assert again is not None and "already channels_last" in again.reason
+
+
+def test_channels_last_refusals(monkeypatch):
+    mlp = nn.Sequential(nn.Linear(8, 8))
+    x = torch.randn(2, 8)
+    refusal = ChannelsLastFix().check(Workload("m.py", mlp, (x,), lambda: mlp(x), None, "m"))
+    assert refusal.reason == "no 2-D convolutions (nn.Conv2d): channels_last changes nothing"
+
+    module = type(sys)("global_optimizer_step")
+    conv = nn.Conv2d(3, 4, 3)
+    module.optimizer = torch.optim.SGD(conv.parameters(), lr=0.1)
+    source = (
+        "def step(model, inputs):\n"
+        "    optimizer.zero_grad()\n"
+        "    model(*inputs).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    exec(compile(source, "train.py", "exec"), module.__dict__)
+    images = torch.randn(1, 3, 8, 8)
+    workload = Workload("train.py", conv, (images,), lambda: None, None, "train", module.step)
+    refusal = ChannelsLastFix().check(workload)
+    assert refusal is not None and "the step uses optimizer (SGD) from its module" in refusal.reason
+    assert "convert where the model is built" in refusal.suggestion
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bf16
+
+
+def test_bf16_on_vit_inference_passes_and_planted_wrong_variants_fail(monkeypatch, planted):
+    workload = load("hf_vit_infer", monkeypatch)
+    before = state_values(workload)
+    final, outcome = only(workload, "bf16")
+    assert outcome.status == "applied", outcome.reason
+    numbers = outcome.numerics
+    assert numbers["passed"] and numbers["policy"] == "bf16" and numbers["metric"] == "rel_l2_vs_bf16_rounding"
+    assert 0 < numbers["reference_error"] and numbers["value"] <= numbers["bound"]
+    assert "bound max(3 x" in numbers["detail"]
+    assert final.model is workload.model
+    assert_same_state(before, workload)
+
+    def heavier_head(workload):
+        model = copy.deepcopy(workload.model)
+        with torch.no_grad():
+            head_weight(module_of(model))[1].mul_(1.05)
+        return Bf16Fix().apply(workload.with_model(model))
+
+    fix_id = planted("planted_bf16_head", heavier_head, "bf16")
+    _, outcome = only(workload, fix_id)
+    assert outcome.status == "rolled_back" and "output" in outcome.reason, outcome.reason
+    fix_id = planted("planted_bf16_scaled", lambda w: scaled_output(Bf16Fix().apply(w), 1.1), "bf16")
+    _, outcome = only(workload, fix_id)
+    assert outcome.status == "rolled_back" and "output" in outcome.reason, outcome.reason
+    assert_same_state(before, workload)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: the small ResNet training step (batch 2, 1x1 feature maps in stage 3) has BatchNorm gradients"
+    " that CPU autocast moves ~12x further than the emulated bf16 rounding; the guard rolls bf16 back",
+)
+def test_bf16_on_resnet_training_passes(monkeypatch):
+    workload = load("hf_resnet_train", monkeypatch)
+    _, outcome = only(workload, "bf16")
+    assert outcome.status == "applied", outcome.reason
+
+
+def test_bf16_rejects_a_wrong_training_step(monkeypatch, planted):
+    workload = load("hf_resnet_train", monkeypatch)
+    workload.step_fn()  # momentum buffers exist (the guard zeroes a lazily created one in place)
+    before = state_values(workload)
+    fix_id = planted("planted_bf16_loss", lambda w: scaled_output(Bf16Fix().apply(w), 1.1), "bf16")
+    _, outcome = only(workload, fix_id)
+    assert outcome.status == "rolled_back" and "output" in outcome.reason, outcome.reason
+    assert_same_state(before, workload)
+
+
+def test_bf16_refusals(monkeypatch):
+    half = nn.Sequential(nn.Linear(8, 8)).to(torch.bfloat16)
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    refusal = Bf16Fix().check(Workload("m.py", half, (x,), lambda: half(x), None, "m"))
+    assert refusal.reason == "the model's weights are already bfloat16: autocast has nothing to lower"
+    norm = nn.Sequential(nn.LayerNorm(8), nn.ReLU())
+    x = torch.randn(2, 8)
+    refusal = Bf16Fix().check(Workload("m.py", norm, (x,), lambda: norm(x), None, "m"))
+    assert refusal.reason.startswith("no Linear, convolution or attention modules with float32 weights")
+    workload = load("hf_gpt2_train_foreach_off", monkeypatch)
+    refusal = Bf16Fix().check(workload)
+    assert refusal is not None and "the step already runs under torch.autocast (hf_gpt2_train_foreach_off.py:" in (
+        refusal.reason
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fused_optimizer
+
+
+def test_fused_optimizer_on_gpt2_training_is_applied_and_the_original_optimizer_is_untouched(monkeypatch):
+    workload = load("hf_gpt2_train_foreach_off", monkeypatch)
+    workload.step_fn()  # AdamW state (moments, CPU step counters) exists: the copy must carry and convert it
+    before = state_values(workload)
+    optimizer = workload.model.optimizer
+    final, outcome = only(workload, "fused_optimizer")
+    assert outcome.status == "applied", outcome.reason
+    assert outcome.numerics["passed"], outcome.numerics["detail"]
+    assert outcome.changes[0].startswith("AdamW (28 parameter tensors): foreach=False -> fused=True")
+    assert all(group["foreach"] is False and not group["fused"] for group in optimizer.param_groups)
+    assert_same_state(before, workload)
+    copied = final.model.optimizer
+    assert copied is not optimizer and all(group["fused"] for group in copied.param_groups)
+    params = {id(p) for p in final.model.model.parameters()}
+    assert all(id(p) in params for group in copied.param_groups for p in group["params"])
+    final.step_fn()
+    assert_same_state(before, workload)
+    again = FusedOptimizerFix().check(final)
+    assert again is not None and again.reason == "AdamW already runs fused (fused=True)"
+
+
+def test_fused_optimizer_refusals():
+    model = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    refusal = FusedOptimizerFix().check(Workload("m.py", model, (x,), lambda: model(x), None, "m"))
+    assert refusal.reason.startswith("no torch.optim optimizer in the workload")
+
+    state = type("TrainState", (), {})()
+    state.model, state.optimizer = model, torch.optim.AdamW(model.parameters(), foreach=True)
+    refusal = FusedOptimizerFix().check(Workload("m.py", state, (x,), lambda: None, None, "m"))
+    assert refusal.reason == "AdamW already runs foreach (foreach=True)"
+
+    module = type(sys)("global_optimizer_train")
+    module.optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
+    source = (
+        "import torch\n"
+        "optimizer = None  # built in build()\n"
+        "def step(model, inputs):\n"
+        "    optimizer.zero_grad()\n"
+        "    model(*inputs).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    code = compile(source, "train.py", "exec")
+    exec(code, module.__dict__)
+    module.optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
+    workload = Workload("train.py", model, (x,), lambda: None, None, "train", module.step)
+    refusal = FusedOptimizerFix().check(workload)
+    assert refusal is not None and "AdamW optimizer is a module global of the step" in refusal.reason
+    assert refusal.suggestion.startswith("build the optimizer with fused=True")
