@@ -14,14 +14,15 @@ from gpuadvisor.rules.engine import BUILTIN_DETECTORS, CATALOG_DIR, DETECTORS, l
 
 
 def test_builtin_detector_names_match_the_registered_detectors():
-    from gpuadvisor.rules import detectors, detectors_distributed  # noqa: F401
+    from gpuadvisor.rules import detectors, detectors_distributed, detectors_model  # noqa: F401
 
     assert set(DETECTORS) == set(BUILTIN_DETECTORS)
 
 
 def test_catalog_rules_have_docs_thresholds_and_stable_file_names():
     rules = load_rules()
-    ids = ["GA101", "GA102", "GA201", "GA301", "GA401", "GA402", "GA501", "GA502", "GA701", "GA702"]
+    ids = ["GA101", "GA102", "GA201", "GA202", "GA203", "GA204", "GA301", "GA302", "GA303"]
+    ids += ["GA401", "GA402", "GA501", "GA502", "GA701", "GA702"]
     assert [r.id for r in rules] == ids
     for rule in rules:
         assert Path(rule.path).name == f"{rule.id}-{rule.name}.toml"

@@ -89,6 +89,11 @@ BUILTIN_DETECTORS = frozenset(
         "straggler_rank",
         "bank_conflicts_static",
         "bank_conflicts_measured",
+        "unfused_attention",
+        "layout_conversions",
+        "optimizer_loop",
+        "fp32_compute",
+        "misaligned_gemm",
     }
 )
 
@@ -246,7 +251,7 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
 def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dict[str, str]]]:
     """Run each rule's detector. Returns findings sorted by estimated saving (largest first) and the
     skipped rules with their reasons."""
-    from gpuadvisor.rules import detectors, detectors_distributed  # noqa: F401  (register the built-in detectors)
+    from gpuadvisor.rules import detectors, detectors_distributed, detectors_model  # noqa: F401  (register them)
 
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []

@@ -1,0 +1,598 @@
+"""Detectors of model-level patterns that a library switch fixes: eager attention (GA202), cuDNN layout
+conversions (GA203), per-parameter optimizer loops (GA204), fp32/TF32 compute that bf16 would halve (GA302)
+and 16-bit GEMMs on misaligned shapes (GA303). Each reads the :class:`~gpuadvisor.analysis.bundle.Analysis`
+tables and the operator tree, and returns a finding with its evidence and estimated saving per step."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from gpuadvisor.analysis.bundle import Analysis
+from gpuadvisor.analysis.linking import assign_steps, match_names, step_windows
+from gpuadvisor.analysis.operators import kernels_launched, operator_inputs, operator_parents, tensor_dims
+from gpuadvisor.device.peaks import peak_flops
+from gpuadvisor.report.formatting import short_kernel_name
+from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding
+
+_SIXTEEN_BIT = {"c10::Half", "c10::BFloat16", "half", "bfloat16"}
+_FP32 = {"float", "c10::Float"}
+
+
+def _r(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None or x != x else round(float(x), digits)
+
+
+def _kernels_in_steps(a: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kernel_table rows, gpu_activities kernel rows) in the same order, both restricted to the steps."""
+    acts = a.activities[a.activities["kind"] == "kernel"].reset_index(drop=True)
+    inside = (a.kernels["step_index"] >= 0).to_numpy()
+    return a.kernels[inside].reset_index(drop=True), acts[inside].reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GA202 unfused attention
+
+_SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax"}
+_MATMUL_OPS = {"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum"}
+# Operators seen between the score matmul and the softmax (scale, mask, soft-capping, casts, views) and
+# between the softmax and the second matmul (casts, dropout).
+_SCORE_OPS = {
+    "aten::mul",
+    "aten::mul_",
+    "aten::div",
+    "aten::div_",
+    "aten::add",
+    "aten::add_",
+    "aten::sub",
+    "aten::where",
+    "aten::masked_fill",
+    "aten::masked_fill_",
+    "aten::tanh",
+    "aten::clamp",
+    "aten::to",
+    "aten::_to_copy",
+    "aten::type_as",
+    "aten::float",
+    "aten::view",
+    "aten::reshape",
+    "aten::contiguous",
+    "aten::expand",
+    "aten::full",
+    "aten::scalar_tensor",
+    "aten::fill_",
+    "aten::lift_fresh",
+    "aten::detach",
+    "aten::dropout",
+    "aten::native_dropout",
+    "aten::feature_dropout",
+    "aten::clone",
+    "aten::copy_",
+}
+_MAX_OPS_BETWEEN = 8
+_CAUSAL_FRAME = r"(?i)causal"
+
+
+def _is_score_matmul(dims: list | None, n: int) -> bool:
+    """An [..., N, d] x [..., d, N] product (shapes unknown: accepted)."""
+    mats = [d for d in tensor_dims(dims) if len(d) >= 2]
+    if len(mats) < 2:
+        return True
+    return mats[-2][-2] == n and mats[-1][-1] == n
+
+
+def _is_value_matmul(dims: list | None, n: int) -> bool:
+    """An [..., N, N] x [..., N, d] product (shapes unknown: accepted)."""
+    mats = [d for d in tensor_dims(dims) if len(d) >= 2]
+    if len(mats) < 2:
+        return True
+    return mats[-2][-1] == n and mats[-2][-2] == n and mats[-1][-2] == n
+
+
+def _causal_steps(a: Analysis) -> np.ndarray:
+    """Per step: whether it builds a causal mask (a Python frame naming one, or aten::triu/tril)."""
+    windows = step_windows(a.trace)
+    causal = np.zeros(len(windows), dtype=bool)
+    frames = a.trace.python_frames
+    if len(frames):
+        hit = frames[match_names(frames["name"], _CAUSAL_FRAME)]
+        idx = assign_steps(hit["ts_us"].to_numpy(float), windows)
+        causal[idx[idx >= 0]] = True
+    ops = a.trace.cpu_ops
+    tri = ops[ops["name"].isin(["aten::triu", "aten::tril", "aten::triu_", "aten::tril_"])]
+    idx = assign_steps(tri["ts_us"].to_numpy(float), windows)
+    causal[idx[idx >= 0]] = True
+    return causal
+
+
+def find_eager_attention(a: Analysis, min_seq_len: int) -> list[dict]:
+    """Matmul -> (scale, mask) -> softmax -> matmul chains over [..., N, N] scores with N >= ``min_seq_len``,
+    found among sibling CPU operators. One dict per chain: rows (positions into cpu_ops, in order), ops
+    (names), score_shape, head_dim, dtype, step_index."""
+    ops = a.trace.cpu_ops
+    if not len(ops):
+        return []
+    names = ops["name"].to_numpy(object)
+    soft_rows = np.flatnonzero(np.isin(names, list(_SOFTMAX_OPS)))
+    if not len(soft_rows):
+        return []
+    soft_inputs = operator_inputs(ops, soft_rows)
+    wanted = []
+    for row in soft_rows.tolist():
+        dims, types = soft_inputs[row]
+        shapes = tensor_dims(dims)
+        if shapes and len(shapes[0]) >= 3 and shapes[0][-1] == shapes[0][-2] >= min_seq_len:
+            wanted.append(row)
+    if not wanted:
+        return []
+    parents = operator_parents(ops)
+    soft_set = set(soft_rows.tolist())
+    # Siblings: the operators sharing a parent (top-level operators: per thread), in start order.
+    ts = ops["ts_us"].to_numpy(float)
+    thread = ops["tid"].astype(str).to_numpy(object)
+    windows = step_windows(a.trace)
+    chains = []
+    for row in wanted:
+        if parents[row] in soft_set:  # aten::_softmax inside aten::softmax: the outer one stands for both
+            continue
+        ancestor, fused_math = parents[row], False
+        while ancestor >= 0:
+            if "scaled_dot_product" in names[ancestor] or "multi_head_attention" in names[ancestor]:
+                fused_math = True  # SDPA's math fallback or MHA's fast path: not the user's eager code
+                break
+            ancestor = parents[ancestor]
+        if fused_math:
+            continue
+        siblings = np.flatnonzero((parents == parents[row]) & (thread == thread[row]))
+        siblings = siblings[np.argsort(ts[siblings], kind="stable")]
+        at = int(np.searchsorted(ts[siblings], ts[row]))
+        while siblings[at] != row:
+            at += 1
+        n = tensor_dims(soft_inputs[row][0])[0][-1]
+        near = siblings[max(0, at - _MAX_OPS_BETWEEN - 1) : at + _MAX_OPS_BETWEEN + 2].tolist()
+        inputs = operator_inputs(ops, near)
+        first = None
+        for j in range(at - 1, max(-1, at - _MAX_OPS_BETWEEN - 2), -1):
+            r = int(siblings[j])
+            if names[r] in _MATMUL_OPS:
+                first = j if _is_score_matmul(inputs[r][0], n) else None
+                break
+            if names[r] not in _SCORE_OPS:
+                break
+        last = None
+        for j in range(at + 1, min(len(siblings), at + _MAX_OPS_BETWEEN + 2)):
+            r = int(siblings[j])
+            if names[r] in _MATMUL_OPS:
+                last = j if _is_value_matmul(inputs[r][0], n) else None
+                break
+            if names[r] not in _SCORE_OPS:
+                break
+        if first is None or last is None:
+            continue
+        rows = [int(r) for r in siblings[first : last + 1]]
+        score = tensor_dims(soft_inputs[row][0])[0]
+        query = tensor_dims(inputs[rows[0]][0])
+        head_dim = query[0][-1] if query and len(query[0]) >= 2 else None
+        step = int(assign_steps(np.array([ts[row]]), windows)[0])
+        chains.append(
+            {
+                "rows": rows,
+                "ops": [str(names[r]) for r in rows if names[r] not in ("aten::view", "aten::reshape")],
+                "score_shape": list(score),
+                "head_dim": head_dim,
+                "dtype": (soft_inputs[row][1] or [None])[0],
+                "step_index": step,
+            }
+        )
+    return chains
+
+
+@detector("unfused_attention")
+def unfused_attention(a: Analysis, rule: Rule) -> Finding | None:
+    if not a.n_steps or not a.step_time_us:
+        return None
+    chains = [c for c in find_eager_attention(a, int(rule.threshold("min_seq_len"))) if c["step_index"] >= 0]
+    if not chains:
+        return None
+    acts = a.activities
+    causal_by_step = _causal_steps(a)
+    ops = a.trace.cpu_ops
+    eager_us = 0.0
+    fused_us = 0.0
+    flops_total = 0.0
+    kernels = 0
+    rates = {}
+    for chain in chains:
+        mask = kernels_launched(acts, ops, chain["rows"]) & (acts["step_index"] >= 0).to_numpy()
+        chain_us = float(acts["dur_us"].to_numpy(float)[mask].sum())
+        score = chain["score_shape"]
+        n = score[-1]
+        heads = math.prod(score[:-2])
+        d = chain["head_dim"] or 64
+        causal = bool(causal_by_step[chain["step_index"]])
+        flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
+        sixteen = chain["dtype"] in _SIXTEEN_BIT
+        rate = rule.threshold("sdpa_tflops_16bit" if sixteen else "sdpa_tflops_fp32") * 1e12
+        rates[chain["dtype"]] = rate
+        eager_us += chain_us
+        fused_us += min(chain_us, flops / rate * 1e6)
+        flops_total += flops
+        kernels += int(mask.sum())
+        chain["causal"] = causal
+    per_step = eager_us / a.n_steps
+    saving = (eager_us - fused_us) / a.n_steps
+    if 100.0 * saving / a.step_time_us < rule.threshold("min_share_of_step_pct"):
+        return None
+    first = chains[0]
+    shapes = sorted({tuple(c["score_shape"]) for c in chains})
+    causal = any(c["causal"] for c in chains)
+    rate_text = ", ".join(f"{r / 1e12:.0f} TFLOP/s ({dt})" for dt, r in rates.items())
+    basis = (
+        f"the chains' kernels ({per_step:,.0f} µs/step) minus fused SDPA's FLOPs (4·B·H·N²·d"
+        + (", halved: the step builds a causal mask" if causal else "")
+        + f", {flops_total / a.n_steps / 1e9:,.1f} GFLOP/step) at {rate_text}"
+    )
+    message = (
+        f"{len(chains) / a.n_steps:.0f} attention block(s) per step compute softmax(QKᵀ)V eagerly over a "
+        f"{list(shapes[0])} score tensor ({' → '.join(first['ops'])}): each kernel writes or re-reads the whole "
+        f"N×N matrix. Their {kernels / a.n_steps:.0f} kernels take {per_step:,.0f} µs/step "
+        f"({100 * per_step / a.step_time_us:.0f}% of the step); fused scaled_dot_product_attention would take "
+        f"about {fused_us / a.n_steps:,.0f} µs."
+    )
+    evidence = {
+        "attention_blocks_per_step": _r(len(chains) / a.n_steps),
+        "score_shape": list(shapes[0]),
+        "score_shapes": [list(s) for s in shapes],
+        "head_dim": first["head_dim"],
+        "dtype": first["dtype"],
+        "causal": causal,
+        "ops": first["ops"],
+        "kernels_per_step": _r(kernels / a.n_steps),
+        "eager_us_per_step": _r(per_step),
+        "fused_estimate_us_per_step": _r(fused_us / a.n_steps),
+        "sdpa_flops_per_step": float(flops_total / a.n_steps),
+        "basis": basis,
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GA203 layout conversions
+
+_LAYOUT_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
+
+
+@detector("layout_conversions")
+def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
+    k, _ = _kernels_in_steps(a)
+    if not len(k) or not a.n_steps or not a.step_time_us:
+        return None
+    conv = k[match_names(k["name"], _LAYOUT_KERNEL)]
+    if not len(conv):
+        return None
+    per_step = conv["dur_us"].sum() / a.n_steps
+    share = 100.0 * per_step / a.step_time_us
+    if share < rule.threshold("min_share_of_step_pct"):
+        return None
+    convolutions = k[k["family"] == "convolution"]
+    by_name = conv.groupby("name")["dur_us"].sum().sort_values(ascending=False)
+    to_nhwc = int(match_names(conv["name"], r"(?i)nchwToNhwc|nchw2nhwc").sum())
+    ops = conv["op"].dropna().value_counts()
+    message = (
+        f"{len(conv) / a.n_steps:.0f} NCHW↔NHWC layout conversion kernels per step ({to_nhwc / a.n_steps:.0f} to "
+        f"NHWC, {(len(conv) - to_nhwc) / a.n_steps:.0f} back) take {per_step:,.0f} µs/step ({share:.1f}% of the "
+        f"step): cuDNN runs its tensor-core convolutions in NHWC and transposes NCHW tensors in and out of each "
+        f"of the {len(convolutions) / a.n_steps:.0f} convolution kernels per step."
+    )
+    evidence = {
+        "conversion_kernels_per_step": _r(len(conv) / a.n_steps),
+        "conversion_us_per_step": _r(per_step),
+        "share_of_step_pct": _r(share),
+        "convolution_kernels_per_step": _r(len(convolutions) / a.n_steps),
+        "convolution_us_per_step": _r(convolutions["dur_us"].sum() / a.n_steps),
+        "launching_ops": {str(op): int(c) for op, c in ops.head(4).items()},
+        "top_kernels": [short_kernel_name(n) for n in by_name.index[:3]],
+        "basis": "the conversion kernels' own time: in channels_last the convolutions read and write NHWC "
+        "directly and cuDNN launches none of them",
+    }
+    return make_finding(rule, a, message, evidence, per_step)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GA302 fp32/TF32 compute that bf16 would halve
+
+# The same name test GA301 (fp32_matmul) uses for tensor-core kernels: a kernel outside it is fp32 SIMT.
+_TENSOR_CORE_NAME = r"(?i)tf32|bf16|f16|fp16|h884|h1688|s16816|tensorop|i8"
+_SIXTEEN_BIT_NAME = r"(?i)bf16|f16|fp16|h884|h1688|hgemm|s16816|hsh|e4m3|e5m2|i8"
+# fp32 operands by kernel name (TF32 tensor-core and fp32 SIMT kernels of cuBLAS, CUTLASS and cuDNN).
+_FP32_NAME = r"(?i)tf32|sgemm|f32f32|s1688|ffma|implicit_convolve_sgemm"
+_CONV_NAME = r"(?i)fprop|dgrad|wgrad|conv"
+
+
+@detector("fp32_compute")
+def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
+    k, _ = _kernels_in_steps(a)
+    if not len(k) or not a.n_steps:
+        return None
+    cc = a.trace.device.compute_capability if a.trace.device else None
+    bf16 = peak_flops(a.peaks, "bf16")
+    tf32 = peak_flops(a.peaks, "tf32")
+    fp32 = peak_flops(a.peaks, "fp32")
+    if (cc is not None and cc < (8, 0)) or (cc is None and not bf16):
+        raise SkipRule("the GPU has no bf16 tensor cores (compute capability below 8.0, or unknown)")
+    if not (bf16 and tf32 and fp32):
+        raise SkipRule("the GPU's bf16/tf32/fp32 peaks are unknown (use --peaks FILE)")
+    # fp32 by the launching operator's input dtype; where the trace has no shapes, by the kernel's name.
+    dtype = k["dtype"]
+    fp32_inputs = dtype.isin(list(_FP32)).to_numpy() | (dtype.isna().to_numpy() & match_names(k["name"], _FP32_NAME))
+    sel = k[
+        k["family"].isin(["gemm", "convolution"]).to_numpy() & fp32_inputs & ~match_names(k["name"], _SIXTEEN_BIT_NAME)
+    ]
+    if not len(sel):
+        return None
+    share = 100.0 * sel["dur_us"].sum() / k["dur_us"].sum()
+    if share < rule.threshold("min_share_of_gpu_time_pct"):
+        return None
+    # fp32 SIMT GEMMs are GA301's: it counts their move to TF32; here they count at the time TF32 would take.
+    simt = (sel["family"] == "gemm").to_numpy() & ~match_names(sel["name"], _TENSOR_CORE_NAME)
+    dur = sel["dur_us"].to_numpy(float)
+    as_tf32 = np.where(simt, dur * fp32 / tf32, dur)
+    bound = sel["bound"].to_numpy(object)
+    compute_factor = 1.0 - tf32 / bf16
+    memory_factor = rule.threshold("memory_bound_saving_fraction")
+    factor = np.select([bound == "compute", bound == "memory"], [compute_factor, memory_factor], default=0.0)
+    saving = float((as_tf32 * factor).sum()) / a.n_steps
+    per_step = dur.sum() / a.n_steps
+    # cuDNN's implicit-GEMM convolutions carry "gemm" in their names: the pass names them.
+    convs = (sel["family"] == "convolution").to_numpy() | match_names(sel["name"], _CONV_NAME)
+    by_name = sel.groupby("name")["dur_us"].sum().sort_values(ascending=False)
+    message = (
+        f"{share:.0f}% of GPU time ({per_step:,.0f} µs/step) is fp32/TF32 matrix work: "
+        f"{(~convs).sum() / a.n_steps:.0f} GEMM and {convs.sum() / a.n_steps:.0f} convolution kernels per step "
+        f"on float32 tensors, on a GPU whose bf16 roof ({bf16 / 1e12:.0f} TFLOP/s) is "
+        f"{bf16 / tf32:.1f}x its TF32 roof; under bf16 autocast the compute-bound ones would take "
+        f"{100 * tf32 / bf16:.0f}% of their TF32 time and the memory-bound ones move half the bytes."
+        + (
+            f" {dur[simt].sum() / a.n_steps:,.0f} µs/step of it are fp32 GEMMs on the CUDA cores (GA301 moves them "
+            "to TF32 first); they count here at their TF32 time."
+            if simt.any()
+            else ""
+        )
+    )
+    evidence = {
+        "share_of_gpu_time_pct": _r(share),
+        "us_per_step": _r(per_step),
+        "kernels_per_step": _r(len(sel) / a.n_steps),
+        "convolution_us_per_step": _r(dur[convs].sum() / a.n_steps),
+        "gemm_us_per_step": _r(dur[~convs].sum() / a.n_steps),
+        "compute_bound_us_per_step": _r(dur[bound == "compute"].sum() / a.n_steps),
+        "memory_bound_us_per_step": _r(dur[bound == "memory"].sum() / a.n_steps),
+        "simt_us_per_step_left_to_ga301": _r(dur[simt].sum() / a.n_steps),
+        "top_kernels": [short_kernel_name(n) for n in by_name.index[:3]],
+        "basis": f"compute-bound kernels x (1 - tf32/bf16 peak = {compute_factor:.2f}), memory-bound x "
+        f"{memory_factor:.2f} (bytes halve), latency- and launch-bound x 0; fp32 SIMT GEMMs (GA301) counted at "
+        "their TF32 time (x fp32/tf32 peak) so the two findings add up",
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GA204 optimizer per-parameter loop
+
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#(?P<cls>[A-Za-z0-9_]+)\.step$")
+# State tensors per parameter an optimizer's update reads and writes (moments, momentum buffers, ...).
+_STATE_TENSORS = {"Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "Adafactor": 2, "Lion": 1}
+_ITEMSIZE = {"float": 4, "c10::Float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8}
+
+
+def _parameters_per_step(a: Analysis) -> tuple[float, float, int] | None:
+    """(parameter tensors, parameter elements, bytes per element) per step, from the backward pass's
+    AccumulateGrad calls (one per parameter that gets a gradient); None without them."""
+    ops = a.trace.cpu_ops
+    rows = np.flatnonzero((ops["name"] == "torch::autograd::AccumulateGrad").to_numpy())
+    if not len(rows):
+        return None
+    step = assign_steps(ops["ts_us"].to_numpy(float)[rows], step_windows(a.trace))
+    rows = rows[step >= 0]
+    if not len(rows):
+        return None
+    inputs = operator_inputs(ops, rows.tolist())
+    numel = 0
+    itemsize = 4
+    for dims, types in inputs.values():
+        shapes = tensor_dims(dims)
+        if shapes:
+            numel += math.prod(shapes[0])
+        if types and isinstance(types[0], str) and types[0] in _ITEMSIZE:
+            itemsize = _ITEMSIZE[types[0]]
+    steps = len(set(step[step >= 0].tolist()))
+    return len(rows) / steps, numel / steps, itemsize
+
+
+@detector("optimizer_loop")
+def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
+    if not a.n_steps or not a.step_time_us:
+        return None
+    ann = a.trace.annotations
+    regions = ann[(~ann["on_gpu"]) & ann["name"].str.match(_OPTIMIZER_STEP.pattern)] if len(ann) else ann
+    if not len(regions):
+        return None
+    windows = step_windows(a.trace)
+    region_step = assign_steps(regions["ts_us"].to_numpy(float), windows)
+    regions = regions[region_step >= 0]
+    if not len(regions):
+        return None
+    acts = a.activities
+    kern = acts[(acts["kind"] == "kernel") & (acts["step_index"] >= 0)]
+    launch = kern["launch_ts_us"].to_numpy(float)
+    # Per step (a step may call optimizer.step() more than once): kernels launched inside, host wall time,
+    # GPU time of those kernels; medians over the steps as for the step figures.
+    per_step: dict[int, list[float]] = {}
+    for step, (_, region) in zip(region_step[region_step >= 0].tolist(), regions.iterrows()):
+        inside = (launch >= region["ts_us"]) & (launch <= region["end_us"])
+        totals = per_step.setdefault(step, [0.0, 0.0, 0.0])
+        totals[0] += int(inside.sum())
+        totals[1] += float(region["dur_us"])
+        totals[2] += float(kern["dur_us"].to_numpy(float)[inside].sum())
+    kernels_per_step, wall_per_step, gpu_per_step = (float(x) for x in np.median(list(per_step.values()), axis=0))
+    if kernels_per_step < rule.threshold("min_kernels_per_step"):
+        return None
+    params = _parameters_per_step(a)
+    if params is None:
+        raise SkipRule("no AccumulateGrad calls in the steps: the number of parameter tensors is unknown")
+    tensors, numel, itemsize = params
+    per_param = kernels_per_step / max(tensors, 1.0)
+    if per_param < rule.threshold("min_kernels_per_parameter"):
+        return None
+    optimizer = _OPTIMIZER_STEP.match(regions["name"].iloc[0]).group("cls")
+    states = _STATE_TENSORS.get(optimizer, 1)
+    # A fused update reads parameter, gradient and state once and writes parameter and state once.
+    bytes_moved = numel * itemsize * (3 + 2 * states)
+    bandwidth = (a.peaks.hbm_bytes_per_s or 4.8e12) * rule.threshold("bandwidth_fraction_of_peak")
+    fused_us = bytes_moved / bandwidth * 1e6 + rule.threshold("fused_launches") * rule.threshold("launch_us")
+    saving = max(0.0, wall_per_step - fused_us)
+    message = (
+        f"optimizer.step() ({optimizer}) launches {kernels_per_step:,.0f} kernels per step for {tensors:.0f} "
+        f"parameter tensors ({per_param:.1f} per tensor, {gpu_per_step:,.0f} µs of GPU work): "
+        f"the update runs as a Python loop over the parameters. The region takes {wall_per_step:,.0f} µs of the "
+        f"{a.step_time_us:,.0f} µs step; a fused update moving its {bytes_moved / 1e9:.2f} GB once would take "
+        f"about {fused_us:,.0f} µs."
+    )
+    evidence = {
+        "optimizer": optimizer,
+        "kernels_per_step": _r(kernels_per_step),
+        "parameter_tensors": _r(tensors, 0),
+        "parameter_elements": int(numel),
+        "kernels_per_parameter": _r(per_param, 2),
+        "region_us_per_step": _r(wall_per_step),
+        "region_gpu_us_per_step": _r(gpu_per_step),
+        "fused_bytes": int(bytes_moved),
+        "fused_estimate_us": _r(fused_us),
+        "basis": f"the optimizer.step() region's host wall time minus a fused update: {3 + 2 * states} x "
+        f"{itemsize}-byte elements per parameter (read param, grad, {states} state; write param, state) at "
+        f"{bandwidth / 1e12:.2f} TB/s, plus {rule.threshold('fused_launches'):.0f} launches of "
+        f"{rule.threshold('launch_us'):.0f} µs",
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GA303 misaligned 16-bit GEMMs
+
+_ALIGN_NAME = r"align[12](?!\d)"
+_GEMM_SHAPE_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+
+
+def _gemm_mnk(op: str, dims: list | None) -> tuple[int, int, int] | None:
+    mats = [d for d in tensor_dims(dims) if len(d) >= 2]
+    if len(mats) < 2:
+        return None
+    if op == "aten::linear":
+        a, b = mats[0], mats[1]
+        k, n = a[-1], b[0]
+    else:
+        a, b = mats[-2], mats[-1]
+        k, n = a[-1], b[-1]
+    return math.prod(a[:-1]), n, k
+
+
+@detector("misaligned_gemm")
+def misaligned_gemm(a: Analysis, rule: Rule) -> Finding | None:
+    k, acts = _kernels_in_steps(a)
+    if not len(k) or not a.n_steps or not a.step_time_us:
+        return None
+    bf16 = peak_flops(a.peaks, "bf16")
+    sixteen = (k["family"] == "gemm").to_numpy() & k["dtype"].isin(list(_SIXTEEN_BIT)).to_numpy()
+    sixteen &= (k["flops"].to_numpy(float) > 0) & (k["dur_us"].to_numpy(float) > 0)
+    if not sixteen.any():
+        return None
+    ops = a.trace.cpu_ops
+    # Shapes of the launching operators, through the kernels' External ids.
+    key = pd.MultiIndex.from_arrays([ops["rank"], ops["external_id"]])
+    position = pd.Series(np.arange(len(ops)), index=key)
+    position = position[~position.index.duplicated()]
+    kernel_key = pd.MultiIndex.from_arrays([acts["rank"], acts["external_id"]])
+    op_row = position.reindex(kernel_key).to_numpy(float)
+    op_row[acts["external_id"].to_numpy() < 0] = np.nan  # no launching operator recorded
+    candidates = np.flatnonzero(sixteen & np.isfinite(op_row))
+    inputs = operator_inputs(ops, sorted({int(op_row[i]) for i in candidates}))
+    multiple = int(rule.threshold("alignment_elements"))
+    shape_of = {}
+    misaligned = np.zeros(len(k), dtype=bool)
+    for i in candidates:
+        r = int(op_row[i])
+        mnk = _gemm_mnk(str(ops["name"].iloc[r]), inputs[r][0])
+        if mnk is None:
+            continue
+        shape_of[i] = mnk
+        misaligned[i] = any(x % multiple for x in mnk)
+    align_name = match_names(k["name"], _ALIGN_NAME)
+    aligned = sixteen & ~misaligned & ~align_name & (k["bound"] == "compute").to_numpy()
+    min_flops = rule.threshold("min_gemm_gflop") * 1e9
+    aligned &= k["flops"].to_numpy(float) >= min_flops
+    if aligned.any():
+        ref = k["flops"].to_numpy(float)[aligned].sum() / (k["dur_us"].to_numpy(float)[aligned].sum() * 1e-6)
+        ref_basis = (
+            f"{ref / 1e12:.0f} TFLOP/s, what this trace's {aligned.sum() // a.n_steps} aligned 16-bit GEMMs per step "
+            f"of at least {min_flops / 1e9:.0f} GFLOP achieve"
+        )
+    elif bf16:
+        fraction = rule.threshold("fallback_fraction_of_peak")
+        ref = bf16 * fraction
+        ref_basis = f"{ref / 1e12:.0f} TFLOP/s, {100 * fraction:.0f}% of the bf16 peak"
+    else:
+        raise SkipRule("no aligned 16-bit GEMMs to compare with and no bf16 peak for this GPU")
+    flops = k["flops"].to_numpy(float)
+    dur = k["dur_us"].to_numpy(float)
+    achieved = np.divide(flops, dur * 1e-6, out=np.zeros(len(k)), where=dur > 0)
+    slow = achieved <= ref * rule.threshold("max_fraction_of_reference")
+    hits = np.flatnonzero(sixteen & (misaligned | align_name) & slow & (flops >= min_flops))
+    if not len(hits):
+        return None
+    per_step = dur[hits].sum() / a.n_steps
+    share = 100.0 * per_step / a.step_time_us
+    if share < rule.threshold("min_share_of_step_pct"):
+        return None
+    saving = float(np.clip(dur[hits] - flops[hits] / ref * 1e6, 0, None).sum()) / a.n_steps
+    biggest = hits[np.argmax(dur[hits])]
+    m, n, kk = shape_of.get(biggest, (None, None, None))
+    odd = [f"{label}={v}" for label, v in (("M", m), ("N", n), ("K", kk)) if v is not None and v % multiple]
+    groups = {}
+    for i in hits:
+        entry = groups.setdefault(
+            (k["name"].iloc[i], shape_of.get(i)), {"us": 0.0, "count": 0, "flops": 0.0, "op": k["op"].iloc[i]}
+        )
+        entry["us"] += dur[i]
+        entry["count"] += 1
+        entry["flops"] += flops[i]
+    top = sorted(groups.items(), key=lambda kv: -kv[1]["us"])[:3]
+    message = (
+        f"{len(hits) / a.n_steps:.0f} 16-bit GEMM(s) per step run at {achieved[biggest] / 1e12:.0f} TFLOP/s where "
+        f"the aligned ones reach {ref / 1e12:.0f}: {short_kernel_name(k['name'].iloc[biggest])} "
+        + (f"on M×N×K = {m}×{n}×{kk} ({', '.join(odd)} not a multiple of {multiple}) " if m else "")
+        + f"takes {dur[biggest]:,.0f} µs. {per_step:,.0f} µs/step ({share:.0f}% of the step) in all; the rows of an "
+        "operand whose length is not a multiple of 8 elements (16 bytes) cannot be loaded with aligned vector "
+        "instructions, and cuBLAS falls back to a slow kernel."
+    )
+    evidence = {
+        "gemms_per_step": _r(len(hits) / a.n_steps),
+        "us_per_step": _r(per_step),
+        "share_of_step_pct": _r(share),
+        "reference_tflops": _r(ref / 1e12),
+        "gemms": [
+            {
+                "kernel": short_kernel_name(name),
+                "op": g["op"],
+                "m_n_k": list(shape) if shape else None,
+                "us_per_step": _r(g["us"] / a.n_steps),
+                "achieved_tflops": _r(g["flops"] / (g["us"] * 1e-6) / 1e12),
+                "align_kernel": bool(re.search(_ALIGN_NAME, name)),
+            }
+            for (name, shape), g in top
+        ],
+        "basis": f"the kernels' time minus their FLOPs at {ref_basis}",
+    }
+    return make_finding(rule, a, message, evidence, saving)
