@@ -139,6 +139,7 @@ def run_apply(
     peaks_file: str | os.PathLike[str] | None = None,
     progress: bool = True,
     profile_after: bool = True,
+    budget_s: float | None = None,
 ) -> dict[str, Any]:
     """Apply the fixes ``fix_text`` names ("graphs,fusion", or "auto": those the findings recommend) to the
     workload in ``model_path``, re-measure before and after, and return the report dict (module docstring),
@@ -160,6 +161,12 @@ def run_apply(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BadInputError(f"{name} must be an int >= {least}, got {value!r}")
+    from gpuadvisor.search import DEFAULT_BUDGET_S
+
+    if budget_s is None:
+        budget_s = DEFAULT_BUDGET_S
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s >= 0:
+        raise BadInputError(f"budget must be a number of seconds >= 0, got {budget_s!r}")
     registry = _fix_core()
     text = fix_text if isinstance(fix_text, str) else ""
     auto = "auto" in (item.strip().lower() for item in text.split(","))
@@ -184,15 +191,39 @@ def run_apply(
         staging, created = _make_staging(out_dir)
         try:
             before_trace = _record_profile(workload, run_before, staging / BEFORE_TRACE, profiled_steps, display)
+            search = None
             if auto:
                 display.phase("findings (before)")
-                fix_ids = list(registry.resolve_fix_ids(text, _recommended(before_trace, rule_set, peaks_file)))
+                recommended = _recommended(before_trace, rule_set, peaks_file)
+                fix_ids = list(registry.resolve_fix_ids(text, recommended))
+            if auto and cuda:
+                from gpuadvisor.search import candidate_stacks, run_search
 
-            display.phase("applying fixes")
-            patched, outcomes = registry.apply_fixes(
-                workload, fix_ids, guard=True, progress=lambda *parts: display.phase(" ".join(map(str, parts)))
-            )
+                explicit = list(registry.resolve_fix_ids(text, []))
+                stacks = candidate_stacks(recommended, explicit, registry.fix_order())
+                search = run_search(
+                    workload,
+                    stacks,
+                    budget_s=float(budget_s),
+                    cuda=cuda,
+                    phase=display.phase,
+                    make_runner=lambda w: _step_runner(w.step_fn),
+                )
+                patched, outcomes = search.patched, search.outcomes
+                if search.winner is not None:
+                    fix_ids = list(stacks[search.winner])
+            else:
+                display.phase("applying fixes")
+                patched, outcomes = registry.apply_fixes(
+                    workload, fix_ids, guard=True, progress=lambda *parts: display.phase(" ".join(map(str, parts)))
+                )
             not_applied = [o for o in outcomes if o.status != "applied"]
+            if search is not None:
+                # The search tries stacks that overlap; a fix refused in one candidate while another candidate
+                # won is an answer, not a failure. --strict with auto: fail only when the search kept nothing.
+                not_applied = not_applied if search.winner is None else []
+            if strict and search is not None and search.winner is None and not not_applied:
+                raise StrictRefusalError("--strict: --fix auto kept nothing: no candidate beat the original step")
             if strict and not_applied:
                 raise StrictRefusalError(
                     "--strict: "
@@ -268,6 +299,7 @@ def run_apply(
                 steps=steps,
                 rounds=rounds,
                 auto=auto,
+                search=search,
             )
             from gpuadvisor.report.apply_sections import render_apply_markdown
             from gpuadvisor.report.json import to_json
@@ -665,6 +697,52 @@ def _predicted_savings(findings: list[dict[str, Any]], step_us: float | None) ->
     return {k: round(v, 1) for k, v in totals.items()}
 
 
+# Findings a fix addresses beyond those that name it: bf16 autocast moves fp32 GEMMs that run on the CUDA cores
+# (GA301, whose own advice is TF32) onto the tensor cores as well.
+ALSO_ADDRESSES = {"bf16": ("GA301",)}
+
+
+def fix_covers(fix_id: str, facts: dict[str, Any] | None = None) -> set[str]:
+    """The findings' fix ids a fix addresses: itself, and for ``compile`` what torch.compile does on its own
+    (fuses elementwise chains, rewrites attention to SDPA, pads misaligned GEMMs; in a CUDA-graph mode, removes
+    launch gaps)."""
+    covered = {fix_id}
+    if fix_id == "compile":
+        covered |= {"fusion", "sdpa"}
+        if (facts or {}).get("mode") in ("reduce-overhead", "max-autotune"):
+            covered.add("graphs")
+    return covered
+
+
+def combined_saving(findings: list[dict[str, Any]], fix_ids: set[str], step_us: float | None) -> float | None:
+    """The saving of the findings whose fix is in ``fix_ids``, combined as independent shares of the step:
+    ``step x (1 - prod(1 - saving_i / step))`` (two findings of 60% and 50% save 80%, not 110%)."""
+    if not step_us:
+        return None
+    rules = set().union(*(ALSO_ADDRESSES.get(fix_id, ()) for fix_id in fix_ids)) if fix_ids else set()
+    remaining = 1.0
+    for finding in findings:
+        saving = finding.get("estimated_saving_us_per_step")
+        addressed = finding.get("fix_id") in fix_ids or finding.get("rule_id") in rules
+        if addressed and isinstance(saving, (int, float)) and saving > 0:
+            remaining *= 1.0 - min(float(saving) / float(step_us), 1.0)
+    return round(float(step_us) * (1.0 - remaining), 1)
+
+
+def _search_section(search: Any) -> dict[str, Any] | None:
+    if search is None:
+        return None
+    return {
+        "candidates": search.rows,
+        "winner": search.winner,
+        "original_us": search.original_us,
+        "wall_s": search.wall_s,
+        "method": "each candidate applied to the original with the numerics guard, then the survivors and the"
+        " original timed together: 3 rounds x 10 steps each, rotating order, CUDA events; the lowest median wins"
+        " when it beats the original's by more than 2%",
+    }
+
+
 def _kernel_diff(before: dict[str, Any], after: dict[str, Any], graph_replay: dict[str, Any] | None) -> dict[str, Any]:
     b_summary, a_summary = before.get("summary") or {}, after.get("summary") or {}
 
@@ -738,6 +816,7 @@ def build_apply_report(
     rounds: int,
     auto: bool,
     with_step: bool = False,
+    search: Any = None,
 ) -> dict[str, Any]:
     """The apply report (module docstring) from the measurements, both sides' reports and the fix outcomes."""
     from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
@@ -763,16 +842,22 @@ def build_apply_report(
         # 0 when the rules ran on GPU kernels and none recommends this fix; None when they could not run (CPU).
         rules_ran = bool(before_report and before_report.get("kernels"))
         outcome.predicted_saving_us = predicted.get(outcome.fix_id, 0.0 if rules_ran else None)
+        covered = fix_covers(outcome.fix_id, outcome.facts)
+        if rules_ran and (len(covered) > 1 or outcome.fix_id in ALSO_ADDRESSES):
+            outcome.predicted_saving_us = combined_saving(before["findings"], covered, before_us)
         row = outcome.to_dict()
         applied = outcome.status == "applied"
         row["measured_saving_us"] = measured_us if applied else None
         row["measured_together_with"] = [f for f in applied_ids if f != outcome.fix_id] if applied else []
         fixes.append(row)
-    predicted_applied = [predicted[f] for f in applied_ids if f in predicted]
+    facts = {o.fix_id: o.facts for o in outcomes if o.status == "applied"}
+    covered_ids = set().union(*(fix_covers(f, facts.get(f)) for f in applied_ids)) if applied_ids else set()
     saving = {
-        "predicted_us": round(sum(predicted_applied), 1)
+        "predicted_us": combined_saving(before["findings"], covered_ids, before_us)
         if applied_ids and before_report and before_report.get("kernels")
         else None,
+        "predicted_basis": "the savings of the findings the applied fixes address, combined as independent"
+        " shares of the step: step x (1 - product of (1 - saving / step))",
         "measured_us": measured_us if applied_ids else None,
         "measured_pct": _round(100.0 * measured_us / before_us, 1)
         if applied_ids and measured_us is not None and before_us
@@ -880,6 +965,7 @@ def build_apply_report(
         "speedup": speedup,
         "saving": saving,
         "kernel_diff": kernel_diff,
+        "search": _search_section(search),
         "keep": keep,
         "notes": notes,
     }

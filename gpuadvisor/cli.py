@@ -261,7 +261,9 @@ def apply_fixes(
         str,
         typer.Option(
             "--fix",
-            help="Fix ids, comma-separated: graphs, fusion, fp8; or 'auto' for the fixes the findings recommend.",
+            help="Fix ids, comma-separated: sdpa, channels_last, bf16, fused_optimizer, fusion, fp8, compile, "
+            "graphs; or 'auto': a measured search over stacks built from the findings (and compile), keeping the "
+            "fastest that passes the numerics guard.",
             show_default=False,
         ),
     ],
@@ -286,12 +288,26 @@ def apply_fixes(
     ] = 5,
     profile_steps: Annotated[int, typer.Option("--profile-steps", min=1, help="Steps recorded by the profiler.")] = 3,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 2, writing nothing, when a requested fix is refused or rolled back.")
+        bool,
+        typer.Option(
+            "--strict",
+            help="Exit 2, writing nothing, when a requested fix is refused or rolled back (auto: when the search"
+            " keeps nothing).",
+        ),
     ] = False,
     profile_after: Annotated[
         bool,
         typer.Option("--profile-after/--no-profile-after", help="Profile the patched step for the per-kernel diff."),
     ] = True,
+    budget: Annotated[
+        float,
+        typer.Option(
+            "--budget",
+            min=0,
+            metavar="SECONDS",
+            help="--fix auto: no new candidate starts after this many seconds of searching (the first always runs).",
+        ),
+    ] = 120.0,
     output_format: FormatOption = OutputFormat.terminal,
     peaks: PeaksOption = None,
     rules: RulesOption = None,
@@ -301,12 +317,25 @@ def apply_fixes(
     The fixes (run in this order; each checks first and refuses, with the reason, where it cannot help):
 
     \b
+      sdpa: transformers models on the eager attention path switched to
+        scaled_dot_product_attention for each step.
+      channels_last: convolution models and 4-D inputs in channels_last.
+      bf16: the step under torch.autocast(bfloat16), judged against the
+        model's own bf16 noise.
+      fused_optimizer: optimizers running one parameter at a time switched to
+        fused or foreach.
       fusion: swap modules for fused Triton kernels (RMSNorm, residual add + RMSNorm, SwiGLU,
         decode-shape linear and attention); pays inside a CUDA graph, so use it with graphs.
       fp8: float8 weights with per-row scales for linears called with at most 16 rows
         (decode), on compute capability 8.9 or newer; each layer left alone is listed.
+      compile: torch.compile of the step's modules, the mode (default, reduce-overhead) chosen
+        by measurement; compile time and graph breaks in the report.
       graphs: capture the whole step in one CUDA graph and replay it; refused, with the source
         line, for host syncs (.item()), CPU tensors, changing shapes, or no CUDA.
+
+    --fix auto on a GPU is a search: the stacks the findings suggest, and torch.compile, are each
+    applied and guarded, timed against the original, and the fastest is kept (--budget bounds it);
+    the report lists every candidate with its time and why it lost.
 
     After each fix a numerics guard compares the patched model with the original on fresh inputs
     (against the model's own precision noise: at most 2x the original's error vs an fp32 reference;
@@ -343,6 +372,7 @@ def apply_fixes(
         peaks_file=peaks,
         progress=sys.stderr.isatty(),
         profile_after=profile_after,
+        budget_s=budget,
     )
     if output_format is OutputFormat.json:
         from gpuadvisor.report.json import to_json

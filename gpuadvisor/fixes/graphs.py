@@ -139,8 +139,16 @@ class GraphsFix(Fix):
     def check(self, workload: Any) -> Refusal | None:
         import torch
 
+        from gpuadvisor.fixes.compile import CUDAGRAPH_MODES, compiled_mode
         from gpuadvisor.fixes.safety import model_device
         from gpuadvisor.fixes.state import step_globals
+
+        if compiled_mode(workload) in CUDAGRAPH_MODES:
+            return Refusal(
+                f"the step runs under torch.compile(mode={compiled_mode(workload)!r}), which replays CUDA graphs"
+                " itself; a second graph around it adds nothing",
+                "keep one of the two: compile or graphs",
+            )
 
         device = model_device(workload.model, workload.inputs)
         no_cuda = None

@@ -106,6 +106,39 @@ def fix_table(report: Any) -> Table:
     return table
 
 
+def search_table(report: Any) -> Table:
+    """``--fix auto``'s search: one row per candidate stack, what it applied, its time and why it lost."""
+    table = Table(
+        "Search (--fix auto)",
+        [
+            Column("#", numeric=True),
+            Column("Candidate", wrap=False),
+            Column("Applied", wrap=False),
+            Column("µs/step", numeric=True),
+            Column("Result"),
+        ],
+    )
+    search = sections.section(report, "search")
+    for index, row in enumerate(sections.records(search, "candidates"), start=1):
+        fixes = row.get("fixes") if isinstance(row.get("fixes"), list) else []
+        applied = row.get("applied") if isinstance(row.get("applied"), list) else []
+        result = sections.text(row.get("status"))
+        if row.get("why"):
+            result += f": {sections.text(row.get('why'))}"
+        table.rows.append(
+            [
+                str(index),
+                "+".join(sections.text(f) for f in fixes),
+                "+".join(sections.text(f) for f in applied) or "-",
+                format_us(row.get("step_us")),
+                result,
+            ]
+        )
+    if table.rows and as_number(search.get("original_us")) is not None:
+        table.rows.append(["", "original", "-", format_us(search.get("original_us")), "the step as written"])
+    return table
+
+
 def _change(before: Any, after: Any) -> str:
     """The relative change from ``before`` to ``after`` (``-42.0%``), or ""."""
     b, a = as_number(before), as_number(after)
@@ -270,6 +303,10 @@ def render_apply_terminal(report: dict[str, Any], console) -> None:
         console.print(Text("Fixes", style="bold"))
         console.print(Text("No fix was requested.", style="dim"))
     console.print()
+    search = search_table(report)
+    if search.rows:
+        console.print(_rich_table(search))
+        console.print()
     console.print(_rich_table(comparison_table(report)))
     console.print()
     for table in (
@@ -318,6 +355,10 @@ def render_apply_markdown(report: dict[str, Any]) -> str:
     lines.append("")
     lines += ["## Fixes", ""]
     lines += _table(fix_table(report), "No fix was requested.")
+    search = search_table(report)
+    if search.rows:
+        lines += ["## Search (--fix auto)", ""]
+        lines += _table(search, "")
     lines += ["## Before and after", ""]
     lines += _table(comparison_table(report), "No measurements.")
     for table in (
