@@ -6,13 +6,14 @@ in train mode (dropout 0.1, the default). The step is a plain language-model loo
 forward and the library's loss (``labels=input_ids``) under ``torch.autocast(device_type,
 dtype=torch.bfloat16)``, ``backward()``, then ``AdamW(lr=3e-4, weight_decay=0.1, foreach=False)``; it returns
 the loss (detached). ``foreach=False`` is what code written to save optimizer memory, or copied from such
-code, passes: PyTorch then runs AdamW's update as a Python loop over the parameters, about a dozen small
-kernels for each of the 148 tensors. A batch of 4 sequences of 256 tokens.
+code, passes: PyTorch then runs AdamW's update as a Python loop over the parameters, eight small kernels for
+each of the 148 tensors (1,184 per step in an H200 trace, torch 2.11). A batch of 4 sequences of 256 tokens.
 
 What a performance engineer would expect: the forward and backward are GEMM work big enough for the
-tensor cores, but the optimizer launches some 1,800 small kernels one after another; ``foreach=True``
-(a few multi-tensor kernels) or ``fused=True`` (one kernel per group of tensors) removes almost all of
-them.
+tensor cores, but the optimizer launches its small kernels one after another; ``foreach=True`` (a few
+multi-tensor kernels) or ``fused=True`` (one kernel per group of tensors) removes almost all of them.
+Measured on the H200 through ``apply --fix auto`` (benchmarks/results/real_models_auto.json): 57,798 µs per
+eager step, 41,340 µs with ``fused=True`` (1.40x).
 
 GPUADVISOR_REAL_SIZE=small (the default without CUDA) picks a tiny configuration: 2 layers, d_model 64, 4
 heads, 64 positions, vocab 256, a batch of 2 sequences of 16 tokens.
