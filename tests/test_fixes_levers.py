@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
-import re
 import sys
 from pathlib import Path
 
@@ -23,49 +21,18 @@ from gpuadvisor.fixes.layout import ChannelsLastFix  # noqa: E402
 from gpuadvisor.fixes.optimizers import FusedOptimizerFix  # noqa: E402
 from gpuadvisor.fixes.registry import apply_fixes, register_fix, unregister_fix  # noqa: E402
 from gpuadvisor.fixes.sdpa import SdpaFix  # noqa: E402
-from gpuadvisor.fixes.state import collect_state  # noqa: E402
-from gpuadvisor.workload import Workload, load_workload  # noqa: E402
+from gpuadvisor.workload import Workload  # noqa: E402
 
 SUITE = Path(__file__).resolve().parent.parent / "examples" / "real"
 sys.path.insert(0, str(SUITE))
 from _real import head_weight, module_of  # noqa: E402
-
-LIBRARIES = ("timm", "torchvision", "transformers")
+from suite_workloads import assert_same_state, load, state_values  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def one_trial(monkeypatch):
     """One fresh-input trial per guard run (the guard's default is 2): keeps the file under its time budget."""
     monkeypatch.setattr(numerics.check_numerics, "__kwdefaults__", {"trials": 1, "seed": 0})
-
-
-def load(name: str, monkeypatch) -> Workload:
-    path = SUITE / f"{name}.py"
-    text = path.read_text()
-    for library in LIBRARIES:
-        if re.search(rf"^(from|import) {library}\b", text, re.MULTILINE):
-            if importlib.util.find_spec(library) is None:
-                pytest.skip(f"{path.name} needs {library}")
-            try:
-                __import__(library)
-            except Exception as error:
-                pytest.skip(f"{path.name}: {library} does not import ({type(error).__name__})")
-    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
-    return load_workload(str(path))
-
-
-def state_values(workload: Workload) -> dict:
-    state = collect_state({"model": workload.model, "inputs": workload.inputs})
-    return {slot.path: (None if (v := slot.get()) is None else v.detach().clone()) for slot in state}
-
-
-def assert_same_state(before: dict, workload: Workload) -> None:
-    after = state_values(workload)
-    assert after.keys() == before.keys()
-    for path, value in before.items():
-        assert (value is None) == (after[path] is None), f"{path} appeared or vanished"
-        if value is not None:
-            assert torch.equal(value, after[path]), f"{path} changed"
 
 
 def only(workload: Workload, fix_id: str):

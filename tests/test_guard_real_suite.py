@@ -10,7 +10,6 @@ one weight scaled by 1.01, one cache write skipped, one optimizer update skipped
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -22,47 +21,14 @@ torch = pytest.importorskip("torch")
 from gpuadvisor.fixes.base import Applied, Fix  # noqa: E402
 from gpuadvisor.fixes.numerics import check_numerics, fresh_inputs  # noqa: E402
 from gpuadvisor.fixes.registry import apply_fixes, register_fix, unregister_fix  # noqa: E402
-from gpuadvisor.fixes.state import collect_state  # noqa: E402
 from gpuadvisor.workload import Workload, load_workload  # noqa: E402
 
 SUITE = Path(__file__).resolve().parent.parent / "examples" / "real"
 sys.path.insert(0, str(SUITE))
 from _real import LLAMA_CONFIGS, head_weight, kind_of, module_of  # noqa: E402
+from suite_workloads import assert_same_state, load, state_values  # noqa: E402
 
 FILES = sorted(path for path in SUITE.glob("*.py") if not path.name.startswith("_"))
-LIBRARIES = ("timm", "torchvision", "transformers")
-
-
-def needs(path: Path) -> list[str]:
-    text = path.read_text()
-    return [name for name in LIBRARIES if re.search(rf"^(from|import) {name}\b", text, re.MULTILINE)]
-
-
-def load(path: Path, monkeypatch) -> Workload:
-    for library in needs(path):
-        if importlib.util.find_spec(library) is None:
-            pytest.skip(f"{path.name} needs {library}, which is not installed")
-        try:
-            __import__(library)
-        except Exception as error:  # timm without torchvision, torchvision beside a CPU torch build
-            pytest.skip(f"{path.name}: {library} does not import here ({type(error).__name__}: {error})")
-    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
-    return load_workload(str(path))
-
-
-def state_values(workload: Workload) -> dict[str, torch.Tensor | None]:
-    state = collect_state({"model": workload.model, "inputs": workload.inputs})
-    return {slot.path: (None if (v := slot.get()) is None else v.detach().clone()) for slot in state}
-
-
-def assert_same_state(before: dict, workload: Workload) -> None:
-    after = state_values(workload)
-    assert after.keys() == before.keys()
-    for path, value in before.items():
-        now = after[path]
-        assert (value is None) == (now is None), f"{path} appeared or vanished"
-        if value is not None:
-            assert torch.equal(value, now), f"{path} changed"
 
 
 class Planted(Fix):

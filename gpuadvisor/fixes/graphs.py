@@ -105,17 +105,9 @@ def _dtype(tensor: Any) -> str:
 
 def clone_tensors(value: Any) -> Any:
     """``value`` with every tensor in it (in tuples, namedtuples, lists, dicts) detached and cloned."""
-    import torch
+    from gpuadvisor.fixes.state import map_tensors
 
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(clone_tensors(item) for item in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(clone_tensors(item) for item in value)
-    if isinstance(value, dict):
-        return {key: clone_tensors(item) for key, item in value.items()}
-    return value
+    return map_tensors(lambda tensor: tensor.detach().clone(), value)
 
 
 class GraphsFix(Fix):

@@ -49,17 +49,14 @@ def to_channels_last(value: Any) -> Any:
     """``value`` with every 4-D floating tensor in it (in tuples, namedtuples, lists, dicts) made channels_last."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        if value.dim() == 4 and value.is_floating_point():
-            return value.contiguous(memory_format=torch.channels_last)
-        return value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(to_channels_last(item) for item in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_channels_last(item) for item in value)
-    if isinstance(value, dict):
-        return {key: to_channels_last(item) for key, item in value.items()}
-    return value
+    from gpuadvisor.fixes.state import map_tensors
+
+    def convert(tensor: Any) -> Any:
+        if tensor.dim() == 4 and tensor.is_floating_point():
+            return tensor.contiguous(memory_format=torch.channels_last)
+        return tensor
+
+    return map_tensors(convert, value)
 
 
 class ChannelsLastFix(Fix):

@@ -174,36 +174,30 @@ def fresh_inputs(example_inputs: Any, seed: int) -> Any:
     """Random inputs shaped like ``example_inputs`` (see the module docstring), the same for the same seed."""
     import torch
 
+    from gpuadvisor.fixes.state import map_tensors
+
     generator = torch.Generator().manual_seed(seed)
 
-    def make(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            if value.dtype.is_floating_point or value.dtype.is_complex:
-                fresh = torch.randn(value.shape, generator=generator, dtype=torch.float32)
-                if value.numel() > 1:
-                    std = value.detach().double().std().item()
-                    if math.isfinite(std) and std > 0:
-                        fresh = fresh * std
-                return fresh.to(dtype=value.dtype, device=value.device)
-            if value.dtype == torch.bool:
-                return torch.randint(0, 2, value.shape, generator=generator).bool().to(value.device)
-            high = max(int(value.max().item()) + 1 if value.numel() else 1, 1)
-            if 1 < value.numel() <= high and value.unique().numel() == value.numel():
-                # Distinct in the example (cache positions written with index_copy_, say): distinct here too,
-                # where a repeat would make the step's result depend on write order.
-                fresh = torch.randperm(high, generator=generator)[: value.numel()].reshape(value.shape)
-            else:
-                fresh = torch.randint(0, high, value.shape, generator=generator, dtype=torch.int64)
+    def make(value: Any) -> Any:  # one tensor: map_tensors walks the containers
+        if value.dtype.is_floating_point or value.dtype.is_complex:
+            fresh = torch.randn(value.shape, generator=generator, dtype=torch.float32)
+            if value.numel() > 1:
+                std = value.detach().double().std().item()
+                if math.isfinite(std) and std > 0:
+                    fresh = fresh * std
             return fresh.to(dtype=value.dtype, device=value.device)
-        if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
-            return type(value)(*(make(item) for item in value))
-        if isinstance(value, (tuple, list)):
-            return type(value)(make(item) for item in value)
-        if isinstance(value, dict):
-            return {key: make(item) for key, item in value.items()}
-        return value
+        if value.dtype == torch.bool:
+            return torch.randint(0, 2, value.shape, generator=generator).bool().to(value.device)
+        high = max(int(value.max().item()) + 1 if value.numel() else 1, 1)
+        if 1 < value.numel() <= high and value.unique().numel() == value.numel():
+            # Distinct in the example (cache positions written with index_copy_, say): distinct here too,
+            # where a repeat would make the step's result depend on write order.
+            fresh = torch.randperm(high, generator=generator)[: value.numel()].reshape(value.shape)
+        else:
+            fresh = torch.randint(0, high, value.shape, generator=generator, dtype=torch.int64)
+        return fresh.to(dtype=value.dtype, device=value.device)
 
-    return make(example_inputs)
+    return map_tensors(make, example_inputs)
 
 
 def flatten_outputs(output: Any, path: str = "output") -> list[tuple[str, Any]]:
@@ -672,17 +666,14 @@ def _round_to_bf16(value: Any) -> Any:
     back; other tensors and objects are passed as they are (a cache object stays the one the state walk saw)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        if value.dtype in (torch.float32, torch.float64):
-            return value.detach().to(torch.bfloat16).to(value.dtype)
-        return value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_round_to_bf16(item) for item in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(_round_to_bf16(item) for item in value)
-    if isinstance(value, dict):
-        return {key: _round_to_bf16(item) for key, item in value.items()}
-    return value
+    from gpuadvisor.fixes.state import map_tensors
+
+    def rounded(tensor: Any) -> Any:
+        if tensor.dtype in (torch.float32, torch.float64):
+            return tensor.detach().to(torch.bfloat16).to(tensor.dtype)
+        return tensor
+
+    return map_tensors(rounded, value)
 
 
 def _float32_memo(model: Any, inputs: Any, only_new: dict | None = None, wide: Any = None) -> dict[int, Any]:

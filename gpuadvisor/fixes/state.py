@@ -422,6 +422,22 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     return state
 
 
+def map_tensors(function: Any, value: Any) -> Any:
+    """``value`` with ``function`` applied to every tensor in it: in tuples, namedtuples, lists and dicts, rebuilt
+    with the same types; anything else (a cache object, a number) is passed as it is."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return function(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(map_tensors(function, item) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_tensors(function, item) for item in value)
+    if isinstance(value, dict):
+        return {key: map_tensors(function, item) for key, item in value.items()}
+    return value
+
+
 def step_globals(step: Any) -> dict[str, Any]:
     """What a step function reaches besides its two arguments: the module-level names its code refers to and
     its closure's cells (a training step that uses a module-level ``optimizer``), less modules, functions and
