@@ -7,6 +7,8 @@ Phases (a rich progress display on stderr when ``progress`` is on):
    With ``--fix auto`` its findings name the fixes to try (each finding's ``fix_id``);
 3. fixes: :func:`gpuadvisor.fixes.registry.apply_fixes` checks, applies in order, runs the numerics guard
    against the original and rolls back a fix that fails it; the original workload is never modified.
+   With ``--fix auto`` on a GPU, :func:`gpuadvisor.search.run_search` does this for each candidate stack and
+   keeps the fastest that passes (the report's ``search`` section lists them all; ``budget_s`` bounds it).
    Then the patched workload is warmed up (graph capture, compilation, autotuning happen here);
 4. timing: before and after in the same process, in ``rounds`` interleaved blocks of ``steps`` steps each
    (round 1 before then after, round 2 after then before, ...), so drift in clocks, temperature or host
@@ -41,12 +43,16 @@ apply/report.json`` gates on the patched model), ``peaks`` and ``env`` the machi
 ``fixes``               [FixOutcome.to_dict() + measured_saving_us, measured_together_with [fix ids]]
 ``speedup``             {median, ci_low, ci_high, confidence, method, round_ratios [per round], samples_before,
                         samples_after}
-``saving``              {predicted_us (the applied fixes' predicted savings, summed), measured_us (before median -
+``saving``              {predicted_us (the findings the applied fixes address, combined as shares of the step:
+                        ``combined_saving``), predicted_basis, measured_us (before median -
                         after median, all applied fixes together), measured_pct (of the before median)}
 ``kernel_diff``         null on the CPU or without the after-profile; else {kernels_per_step, launch_calls_per_step,
                         gpu_busy_us (each {before, after}), classes_us_per_step {class: {before, after}},
                         disappeared, appeared [{name, us_per_step, count_per_step}], complete (bool), graph_replay
                         (null, or {kernels_per_step, us_per_step, relabelled_launch_us_per_step}), notes}
+``search``              null unless ``--fix auto`` ran on a GPU; else {candidates [{fixes, applied, step_us, status
+                        (kept | slower | nothing applied | duplicate | skipped), why, apply_s, outcomes}], winner (index
+                        or null), original_us, wall_s, method}
 ``keep``                the two lines that keep the applied fixes in the user's code ([] when none applied)
 ``source``              {model, fixes_requested, fix_ids, before_trace, after_trace}
 
@@ -141,7 +147,8 @@ def run_apply(
     profile_after: bool = True,
     budget_s: float | None = None,
 ) -> dict[str, Any]:
-    """Apply the fixes ``fix_text`` names ("graphs,fusion", or "auto": those the findings recommend) to the
+    """Apply the fixes ``fix_text`` names ("graphs,fusion", or "auto": on a GPU a measured search over the stacks
+    the findings suggest and torch.compile, gpuadvisor.search; on the CPU the findings' fixes, none) to the
     workload in ``model_path``, re-measure before and after, and return the report dict (module docstring),
     written to ``out_dir`` as well.
 
