@@ -441,14 +441,31 @@ class SideMeasurement:
         )
         return StepTimes(list(self.samples_us), text, self.wall_s)
 
+    def energy_not_measured(self) -> str | None:
+        """Why this side has no energy figure (its blocks span less than one update of NVML's energy counter,
+        the counter did not advance, or it could not be read), or None when it has one."""
+        from gpuadvisor.capture.nvml import NOT_MEASURED, energy_not_measured
+
+        if self.energy_mj is None:
+            return f"{NOT_MEASURED}: NVML's energy counter could not be read"
+        if not self.samples_us:
+            return f"{NOT_MEASURED}: no timed steps"
+        reason = energy_not_measured(self.wall_s, self.energy_mj)
+        if reason is None:
+            return None
+        return reason.replace("the timed span", f"this side's {len(self.round_medians_us)} timed blocks", 1)
+
     def energy_j_per_step(self) -> float | None:
-        if self.energy_mj is None or not self.samples_us:
+        """The counter's rise over this side's blocks / its steps; None when not measured (never a 0 read off
+        a counter that did not tick)."""
+        if self.energy_not_measured() is not None:
             return None
         return self.energy_mj / 1000.0 / len(self.samples_us)
 
     def nvml_summary(self, sampler: NvmlSampler | None, phase: dict[str, Any] | None) -> dict[str, Any] | None:
         """The phase's NVML summary (clocks, temperature, throttling over both sides) with this side's energy:
-        the counter's rise over this side's blocks only."""
+        the counter's rise over this side's blocks only. When that is not measured, energy_j_per_step and
+        power_w_average are None and energy_source says why."""
         if sampler is None or phase is None:
             return None
         summary = dict(phase)
@@ -458,7 +475,7 @@ class SideMeasurement:
             f"NVML energy counter: its rise over this side's {len(self.round_medians_us)} timed blocks "
             f"({self.wall_s:.2f} s) / {len(self.samples_us)} steps"
             if energy is not None
-            else None
+            else self.energy_not_measured()
         )
         summary["power_w_average"] = (
             self.energy_mj / 1000.0 / self.wall_s if energy is not None and self.wall_s else None
@@ -608,52 +625,38 @@ def graph_replay_facts(trace_path: Path, peaks_file=None) -> dict[str, Any] | No
 
     A graph replay shows in the trace as the graph's kernels, all linked to the one ``cudaGraphLaunch``
     call: kernels per step stay what they were (the graph runs them all), launch calls drop to about one.
-    The analysis compares each kernel with its own launch call to find launch-bound kernels; for a replayed
-    kernel that call is the whole graph launch, so the ``launch`` class would be wrong there. Those kernels
-    are given the class they would have without that test: latency when the grid is under one wave, else by
-    the kernel's name family (the profiler links replayed kernels to no operator, so there are no FLOPs).
+    The analysis itself (:func:`gpuadvisor.analysis.roofline.graph_replayed`) never calls a replayed kernel
+    launch-bound, so analyze, profile and apply give it the same class; this only counts them.
 
-    Returns {kernels_per_step, us_per_step, relabelled_launch_us_per_step, classes_us_per_step}.
+    Returns {kernels_per_step, us_per_step, relabelled_launch_us_per_step (replayed kernels shorter than the
+    graph launch call, which a per-kernel launch test would have called launch-bound), classes_us_per_step}.
     """
     import numpy as np
     import pandas as pd
 
-    from gpuadvisor.analysis.linking import gpu_activities, match_names, step_windows
-    from gpuadvisor.analysis.roofline import COMPUTE_FAMILIES, kernel_table
+    from gpuadvisor.analysis.linking import gpu_activities, step_windows
+    from gpuadvisor.analysis.roofline import kernel_table
     from gpuadvisor.device.calibrate import load_calibration
     from gpuadvisor.device.peaks import lookup_peaks
     from gpuadvisor.trace.kineto import load_trace
 
     trace = load_trace(trace_path)
-    acts = gpu_activities(trace)
-    kernel_acts = acts[acts["kind"] == "kernel"].reset_index(drop=True)
-    if not len(kernel_acts):
-        return None
-    graph = match_names(kernel_acts["launch_name"].fillna("").astype(str), "GraphLaunch")
-    if not graph.any():
-        return None
     device = trace.device
     calibration = load_calibration(device.name) if device is not None else None
     peaks = lookup_peaks(device, peaks_file, calibration=calibration)
-    kernels = kernel_table(trace, peaks, acts)
+    kernels = kernel_table(trace, peaks, gpu_activities(trace))
+    graph = kernels["graph_replay"].to_numpy(bool)
+    if not graph.any():
+        return None
     n_steps = len(step_windows(trace)) or 1
     inside = kernels["step_index"].to_numpy() >= 0
     duration = kernels["dur_us"].to_numpy(float)
-    bound = kernels["bound"].to_numpy(object).copy()
-    relabel = graph & (bound == "launch")
-    blocks = kernels["blocks"].to_numpy()
-    family = kernels["family"].to_numpy(object)
-    sm_count = peaks.sm_count or 0
-    bound[relabel] = np.where(
-        (blocks[relabel] > 0) & (blocks[relabel] < sm_count),
-        "latency",
-        np.where(np.isin(family[relabel], list(COMPUTE_FAMILIES)), "compute", "memory"),
-    )
-    classes = pd.Series(duration[inside]).groupby(bound[inside]).sum() / n_steps
+    shorter = graph & (duration < kernels["launch_dur_us"].to_numpy(float))
+    classes = pd.Series(duration[inside]).groupby(kernels["bound"].to_numpy(object)[inside]).sum() / n_steps
     return {
         "kernels_per_step": _round(float((graph & inside).sum()) / n_steps),
         "us_per_step": _round(float(duration[graph & inside].sum()) / n_steps),
-        "relabelled_launch_us_per_step": _round(float(duration[relabel & inside].sum()) / n_steps),
+        "relabelled_launch_us_per_step": _round(float(np.sum(duration[shorter & inside])) / n_steps),
         "classes_us_per_step": {str(k): _round(float(v)) for k, v in classes.items()},
     }
 
@@ -788,9 +791,9 @@ def _kernel_diff(before: dict[str, Any], after: dict[str, Any], graph_replay: di
             f"{graph_replay['kernels_per_step']:g} kernels per step of the after run were replayed from a CUDA graph "
             "(all launched by one cudaGraphLaunch): they still count as kernels per step; the profiler links them "
             "to no operator, so their class is estimated from the grid size and name family, and "
-            f"{graph_replay['relabelled_launch_us_per_step']:g} µs/step of them that the analysis called "
-            "launch-bound (shorter than the whole graph launch call) are counted as latency, compute or memory "
-            "instead"
+            f"{graph_replay['relabelled_launch_us_per_step']:g} µs/step of them ran shorter than the whole graph "
+            "launch call; a replayed kernel has no launch call of its own, so the analysis counts none of them "
+            "launch-bound (they are memory, compute or latency)"
         )
     return {
         "kernels_per_step": pair("kernels_per_step"),
@@ -904,7 +907,16 @@ def build_apply_report(
     else:
         from gpuadvisor.capture.nvml import MIN_COUNTER_SPAN_S
 
-        if min(measured["before"].wall_s, measured["after"].wall_s) < 4 * MIN_COUNTER_SPAN_S:
+        unmeasured = [(name, measured[name].energy_not_measured()) for name in SIDES]
+        unmeasured = [(name, reason) for name, reason in unmeasured if reason]
+        for name, reason in unmeasured:
+            advice = (
+                "; time more steps or rounds (--steps, --rounds) to measure it"
+                if measured[name].wall_s < 4 * MIN_COUNTER_SPAN_S
+                else ""
+            )
+            notes.append(f"{name}: energy per step {reason}{advice}")
+        if not unmeasured and min(measured["before"].wall_s, measured["after"].wall_s) < 4 * MIN_COUNTER_SPAN_S:
             notes.append(
                 "energy per step is rough: NVML's energy counter advances about every 100 ms and a side's timed "
                 "blocks lasted under 2 s in all; time more steps or rounds (--steps, --rounds) for a better figure"

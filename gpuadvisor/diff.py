@@ -12,6 +12,12 @@ time is divided by its number of steps:
 When both traces have ProfilerStep annotations the figures are per step ("per step"); when either lacks
 them every event of each trace counts and the figures are per trace ("per trace").
 
+Each side's step time is the one ``analyze`` reports (:func:`gpuadvisor.analysis.timeline.median_step_time_us`
+of :func:`~gpuadvisor.analysis.timeline.step_breakdown`): the median step window, which runs to the end of
+the GPU work launched in the step, not the ProfilerStep annotation's CPU span alone (on
+sample_traces/gemm.json.gz the annotation lasts 459 µs, the step's GPU work 6,986 µs). Without ProfilerStep
+annotations it is the whole trace, as ``analyze`` treats it.
+
 Each row: name, kind, status ("added": only in current, "removed": only in base, "slower", "faster",
 "unchanged"), base_us_per_step, current_us_per_step, change_us_per_step (current - base),
 change_pct (None for added rows), base_count_per_step, current_count_per_step. Rows are sorted by
@@ -27,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from gpuadvisor.analysis.linking import assign_steps, gpu_activities, step_windows
+from gpuadvisor.analysis.timeline import median_step_time_us, step_breakdown
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.report.formatting import MISSING, format_count, format_us
 from gpuadvisor.report.sections import Column, Table, distinct_short_names
@@ -56,9 +63,9 @@ def pick_rank(trace: Trace, rank: int | None, path: str | os.PathLike[str]) -> t
     return trace.for_rank(first), [f"{path} holds ranks {trace.ranks}: rank {first} compared (--rank picks another)"]
 
 
-def _gpu_totals(trace: Trace, per_step: bool) -> pd.DataFrame:
-    """kind, name, count, total_us of the GPU activities in the steps (or the whole trace)."""
-    acts = gpu_activities(trace)
+def _gpu_totals(acts: pd.DataFrame, per_step: bool) -> pd.DataFrame:
+    """kind, name, count, total_us of the GPU activities (:func:`gpu_activities`) in the steps (or the whole
+    trace)."""
     if per_step:
         acts = acts[acts["step_index"] >= 0]
     if not len(acts):
@@ -138,14 +145,13 @@ def _section(rows: list[dict[str, Any]], top: int | None) -> dict[str, Any]:
     }
 
 
-def _side(trace: Trace, path: str, steps: int) -> dict[str, Any]:
-    durations = trace.steps["dur_us"].to_numpy(float) if len(trace.steps) else np.empty(0)
+def _side(trace: Trace, acts: pd.DataFrame, path: str, steps: int) -> dict[str, Any]:
     return {
         "path": path,
         "rank": trace.ranks[0] if len(trace.ranks) == 1 else None,
         "steps": steps,
         "profiler_steps": int(len(trace.steps)),
-        "step_time_us_median": float(np.median(durations)) if len(durations) else None,
+        "step_time_us_median": median_step_time_us(step_breakdown(trace, acts)),
         "gpu_name": trace.device.name if trace.device else None,
     }
 
@@ -155,8 +161,9 @@ def diff_traces(
 ) -> dict[str, Any]:
     """Compare two one-rank traces (module docstring).
 
-    Returns {basis ("per step" | "per trace"), base {path, rank, steps, profiler_steps, step_time_us_median,
-    gpu_name}, current {...}, gpu {rows, rows_total, counts {status: n}, base_us_per_step,
+    Returns {basis ("per step" | "per trace"), base {path, rank, steps, profiler_steps, step_time_us_median
+    (as ``analyze``'s step_time_us; the whole trace without ProfilerSteps), gpu_name}, current {...},
+    gpu {rows, rows_total, counts {status: n}, base_us_per_step,
     current_us_per_step}, cpu_ops {...}, notes [str]}; ``top`` keeps that many rows per section.
     """
     per_step = bool(len(base.steps)) and bool(len(current.steps))
@@ -167,12 +174,13 @@ def diff_traces(
         base_steps = current_steps = 1
         lacking = [label for label, t in zip(labels, (base, current)) if not len(t.steps)]
         notes.append(f"no ProfilerStep annotations in {' and '.join(lacking)}: totals are per trace, not per step")
-    gpu = _rows(_gpu_totals(base, per_step), _gpu_totals(current, per_step), base_steps, current_steps)
+    base_acts, current_acts = gpu_activities(base), gpu_activities(current)
+    gpu = _rows(_gpu_totals(base_acts, per_step), _gpu_totals(current_acts, per_step), base_steps, current_steps)
     cpu = _rows(_cpu_totals(base, per_step), _cpu_totals(current, per_step), base_steps, current_steps)
     return {
         "basis": PER_STEP if per_step else PER_TRACE,
-        "base": _side(base, labels[0], base_steps),
-        "current": _side(current, labels[1], current_steps),
+        "base": _side(base, base_acts, labels[0], base_steps),
+        "current": _side(current, current_acts, labels[1], current_steps),
         "gpu": _section(gpu, top),
         "cpu_ops": _section(cpu, top),
         "notes": notes,
@@ -252,7 +260,9 @@ def _side_line(side: dict[str, Any]) -> str:
     count = side["profiler_steps"]
     steps = f"{count} ProfilerStep{'s' if count != 1 else ''}" if count else "no ProfilerSteps"
     median = side["step_time_us_median"]
-    step = f", median step {format_us(median)}" if median is not None else ""
+    step = ""
+    if median is not None:
+        step = f", median step {format_us(median)}" if count else f", whole trace {format_us(median)}"
     return f"{side['path']}: {steps}{step}"
 
 

@@ -76,10 +76,6 @@ MAX_TIMED_STEPS = 10_000
 # CPU operators listed in a CPU-only report, by self time.
 TOP_CPU_OPS = 25
 SKIPPED_ON_CPU = "roofline, GPU busy/idle, transfers, NVML (clocks, power, energy)"
-# Detectors whose saving is host-side idle time measured in the profiled steps: the profiler's own
-# overhead stretches that idle time, so it is scaled by timed step / profiled step.
-_HOST_IDLE_DETECTORS = {"host_syncs"}
-_LAUNCH_DETECTOR = "launch_bound"
 _MAX_ERROR_CHARS = 300
 
 # The summary keys of report/build.py (schema v1), for the CPU-only report that does not go through it.
@@ -100,7 +96,13 @@ _SUMMARY_KEYS = (
     "median_queue_depth",
     "kernels_shorter_than_launch_pct",
     "memcpy_us_per_step",
+    "kernel_us_per_step",
     "top_finding",
+    "combined_saving_us",
+    "combined_saving_pct",
+    "combined_upper_bound_us",
+    "combined_upper_bound_pct",
+    "combined_saving_basis",
 )
 
 
@@ -773,7 +775,11 @@ def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, 
 
         duration = facts.nvml_summary.get("duration_s")
         energy = f"energy per step = average power ({facts.nvml_summary.get('energy_source')}) x mean step time"
-        if duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
+        if facts.nvml_summary.get("energy_j_per_step") is None:
+            energy = f"energy per step {facts.nvml_summary.get('energy_source') or 'not measured'}"
+            if duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
+                energy += "; time longer (--min-time, --steps) to measure it"
+        elif duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
             energy += (
                 f"; the timed phase lasted only {duration:.2f} s and NVML's power and energy readings advance about "
                 "every 100 ms, so they are rough: time longer (--min-time, --steps) for better ones"
@@ -845,10 +851,11 @@ def _use_timed_steps(report: dict, facts: _RunFacts) -> None:
 def _rescale_savings(report: dict, rules) -> None:
     """Express every finding's saving against the timed median step instead of the profiled one.
 
-    Savings in kernel or copy time stay as they are (the profiler does not change a kernel's duration);
-    host-idle savings scale by timed / profiled step; the launch-bound saving is recomputed as
+    Each rule's detector owns how its saving re-derives (:func:`gpuadvisor.rules.engine.retime_saving`):
+    savings in kernel or copy time stay as they are (the profiler does not change a kernel's duration);
+    the idle time after host syncs scales by timed / profiled step; the launch-bound saving is recomputed as
     timed step - (GPU busy + kernels x the per-kernel cost left inside a CUDA graph). All are clipped to
-    0 ... timed step, and the findings re-ranked.
+    0 ... timed step, the findings re-ranked and the combined estimate recomputed.
     """
     summary = report["summary"]
     timed = summary.get("step_time_us")
@@ -857,32 +864,15 @@ def _rescale_savings(report: dict, rules) -> None:
     if not timed or not findings:
         return
     by_id = {rule.id: rule for rule in rules}
-    from gpuadvisor.rules.engine import SEVERITY_RANK
+    from gpuadvisor.rules.engine import combined_estimate, rank_key, retime_saving
 
     for finding in findings:
-        rule = by_id.get(finding["rule_id"])
-        detector = rule.detector if rule is not None else None
-        saving = finding.get("estimated_saving_us_per_step") or 0.0
-        evidence = finding.get("evidence") or {}
-        if detector == _LAUNCH_DETECTOR and rule is not None:
-            busy = evidence.get("gpu_busy_us") or 0.0
-            kernels = evidence.get("kernels_per_step") or 0.0
-            overhead = rule.thresholds.get("graph_overhead_us_per_kernel", 0.0)
-            with_graph = busy + kernels * overhead
-            saving = timed - with_graph
-            evidence["timed_step_us"] = _round(timed, 1)
-            evidence["predicted_step_us_with_graph"] = _round(min(with_graph, timed), 1)
-            finding["message"] = (
-                f"{finding['message']} (Step figures from the profiled steps.) Timed without the profiler the "
-                f"step takes {timed:,.0f} µs, so one graph would save about {max(0.0, saving):,.0f} µs of it."
-            )
-        elif detector in _HOST_IDLE_DETECTORS and profiled and profiled > timed:
-            saving = saving * timed / profiled
-        saving = min(max(0.0, float(saving)), float(timed))
+        saving = retime_saving(finding, by_id.get(finding["rule_id"]), float(timed), profiled)
         finding["estimated_saving_us_per_step"] = round(saving, 1)
         finding["estimated_saving_pct"] = round(100.0 * saving / timed, 1)
-    findings.sort(key=lambda f: (-f["estimated_saving_us_per_step"], SEVERITY_RANK.get(f["severity"], 9), f["rule_id"]))
+    findings.sort(key=rank_key)
     summary["top_finding"] = findings[0]["rule_id"]
+    summary.update(combined_estimate(findings, summary))
     report["notes"].append(
         f"savings were rescaled to the timed step ({timed:,.0f} µs): kernel and copy time as measured, idle time "
         f"after host syncs scaled by timed / profiled step ({profiled or 0:,.0f} µs), the launch-bound saving "
@@ -1319,16 +1309,11 @@ def _merge_ranks(staging: Path, world_size: int, options: _RankOptions, rules, *
             "exposed-communication and straggler analyses measure"
         )
         skipped += [{"rule_id": rule_id, "reason": why} for rule_id in sorted(distributed_ids)]
-    from gpuadvisor.rules.engine import SEVERITY_RANK
+    from gpuadvisor.rules.engine import combined_estimate, rank_key
 
-    findings.sort(
-        key=lambda f: (
-            -(f.get("estimated_saving_us_per_step") or 0.0),
-            SEVERITY_RANK.get(f.get("severity"), 9),
-            f.get("rule_id"),
-        )
-    )
+    findings.sort(key=rank_key)
     report["findings"] = findings
+    report["summary"].update(combined_estimate(findings, report["summary"]))
     report["skipped_rules"] = skipped
     if findings:
         report["summary"]["top_finding"] = findings[0]["rule_id"]

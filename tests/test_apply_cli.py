@@ -339,6 +339,100 @@ def test_kernel_diff_and_predicted_savings():
     assert diff["complete"] and any("CUDA graph" in note for note in diff["notes"])
 
 
+def _side(name: str, block_s: float, block_energy_mj: float, steps: int = 4, step_us: float = 3250.0):
+    """A SideMeasurement of 3 timed blocks of ``block_s`` each, the energy counter rising by ``block_energy_mj``
+    over each."""
+    from gpuadvisor.apply import SideMeasurement
+    from gpuadvisor.capture.timing import StepTimes
+
+    side = SideMeasurement(name)
+    for _ in range(3):
+        side.add_block(StepTimes([step_us] * steps, f"CUDA events, {steps} steps", block_s), block_energy_mj, 1, 1)
+    return side
+
+
+# The phase summary nvml.summarize gives for both sides together (each side's energy replaces its own).
+PHASE = {
+    "energy_j_per_step": 0.5,
+    "energy_source": "NVML energy counter (20 updates over 2.10 s)",
+    "power_w_average": 140.0,
+    "power_w_median": 130.0,
+    "temperature_c_max": 40,
+    "throttle_reasons": [],
+    "memory_used_bytes_max": None,
+    "clocks": None,
+    "samples": 100,
+    "duration_s": 2.1,
+}
+
+
+def test_apply_side_energy_not_measured_under_the_counters_update_interval():
+    """Issue 14: the after side's 3 blocks lasted 0.04 s in all and read a counter rise of 0; that is "not
+    measured" (null and a reason), never 0.0 J. Even a rise (an update that fell inside) is no measurement."""
+    sampler = object()  # nvml_summary only asks whether there was one
+    for rise_mj in (0.0, 14_000.0):
+        short = _side("after", 0.04 / 3, rise_mj / 3).nvml_summary(sampler, PHASE)
+        assert short["energy_j_per_step"] is None and short["power_w_average"] is None
+        assert short["energy_source"] == (
+            "not measured: this side's 3 timed blocks lasted 0.04 s, under the ~0.1 s between updates of NVML's "
+            "energy counter"
+        )
+    frozen = _side("after", 0.5, 0.0).nvml_summary(sampler, PHASE)
+    assert frozen["energy_j_per_step"] is None and "did not advance" in frozen["energy_source"]
+    # 2 s of blocks over which the counter rose 280 J: a number, 280 J / 12 steps.
+    long = _side("before", 2.0 / 3, 280_000.0 / 3).nvml_summary(sampler, PHASE)
+    assert long["energy_j_per_step"] == pytest.approx(280.0 / 12)
+    assert long["power_w_average"] == pytest.approx(140.0)
+    assert long["energy_source"].startswith("NVML energy counter: its rise over this side's 3 timed blocks (2.00 s)")
+
+
+def test_apply_report_shows_not_measured_for_the_short_side():
+    from gpuadvisor.apply import build_apply_report
+    from gpuadvisor.profile import _RunFacts, _timed_summary
+    from gpuadvisor.report.apply_sections import comparison_table, render_apply_markdown
+
+    sampler = object()
+    measured = {"before": _side("before", 2.0 / 3, 280_000.0 / 3), "after": _side("after", 0.04 / 3, 0.0)}
+    for side in measured.values():
+        facts = _RunFacts(
+            model_path=Path("model.py"),
+            out_dir=Path("out"),
+            times=side.step_times(),
+            tokens_per_step=None,
+            nvml_summary=side.nvml_summary(sampler, PHASE),
+            nvml_reason="",
+            memory=side.memory(True),
+            profiled_steps=1,
+        )
+        side.summary = _timed_summary(facts)
+    report = build_apply_report(
+        model_path=Path("model.py"),
+        out_dir=Path("out"),
+        fix_text="graphs",
+        fix_ids=["graphs"],
+        outcomes=[],
+        applied_ids=[],
+        measured=measured,
+        side_reports={"before": None, "after": None},
+        env={},
+        cuda=True,
+        nvml_reason="",
+        graph_replay=None,
+        steps=4,
+        rounds=3,
+        auto=False,
+    )
+    assert report["before"]["energy_j_per_step"] == pytest.approx(280.0 / 12, abs=1e-3)
+    assert report["after"]["energy_j_per_step"] is None
+    assert report["after"]["energy_source"].startswith("not measured: this side's 3 timed blocks lasted 0.04 s")
+    assert any(n.startswith("after: energy per step not measured") and "--steps" in n for n in report["notes"])
+    assert not any(n.startswith("before: energy") for n in report["notes"])
+    row = next(r for r in comparison_table(report).rows if r[0] == "Energy per step")
+    assert row[1] == "23.33 J" and row[2] == "not measured" and row[3] == ""
+    markdown = render_apply_markdown(report)
+    assert "| Energy per step | 23.33 J | not measured |" in markdown
+
+
 # --- with the real fix core ---------------------------------------------------------------------
 
 

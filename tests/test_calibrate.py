@@ -281,8 +281,11 @@ def test_analyze_uses_the_cached_calibration(cache):
     calibrated = analyze_path(GEMM_SAMPLE)
     assert "calibrated on this GPU (2026-11-29)" in calibrated["peaks"]["source"]
     assert calibrated["peaks"]["flops_per_s"]["bf16"] == pytest.approx(786 * T)
-    # 786 TFLOP/s measured is under the datasheet's 989.5: the same kernel sits nearer its roof.
-    assert _bf16_gemm(calibrated)["pct_of_roof"] > _bf16_gemm(datasheet)["pct_of_roof"]
+    # 786 TFLOP/s measured is under the datasheet's 989.5: this kernel (797 TFLOP/s, 80.6% of the datasheet) is above
+    # it, which is shown as the roof being off, not as 101% of roof.
+    assert 75 < _bf16_gemm(datasheet)["pct_of_roof"] < 90
+    kernel = _bf16_gemm(calibrated)
+    assert kernel["pct_of_roof"] is None and "above the compute roof in use" in kernel["roof_note"]
 
 
 def test_analyze_ignores_a_corrupt_cache(cache):

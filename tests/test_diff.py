@@ -173,3 +173,48 @@ def test_cli_diff_formats_and_bad_input(cli, tmp_path: Path) -> None:
     empty.write_text("")
     bad = cli("diff", empty, current)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "empty" in bad.stderr
+
+
+# --- step time: the same as analyze ------------------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+STEP_TIME_SAMPLES = [
+    "gemm.json.gz",
+    "llama_decode.json.gz",
+    "input_pipeline.json.gz",
+    "real/hf_gpt2_eager_attention.json.gz",
+]
+
+
+@pytest.mark.parametrize("name", STEP_TIME_SAMPLES)
+def test_diff_reports_the_step_time_analyze_reports(name: str) -> None:
+    """Both use analyze's step window (to the end of the step's GPU work), not the ProfilerStep CPU span:
+    on gemm the annotation lasts 459 µs while the step's GPU work runs 6,986 µs (issue 14)."""
+    from gpuadvisor.pipeline import analyze_path
+
+    path = SAMPLES / name
+    result = diff.diff_paths(path, path)
+    analyzed = analyze_path(path)["summary"]["step_time_us"]
+    assert analyzed is not None
+    for side in ("base", "current"):
+        assert result[side]["step_time_us_median"] == pytest.approx(analyzed, abs=0.01), side
+
+
+def test_cli_diff_and_analyze_print_the_same_gemm_step(cli) -> None:
+    path = SAMPLES / "gemm.json.gz"
+    analyzed = json.loads(cli("analyze", path, "--format", "json").stdout)["summary"]["step_time_us"]
+    assert round(analyzed) == 6986  # the step's GPU work, not the 459 µs annotation
+    terminal = cli("diff", path, path)
+    assert terminal.returncode == 0, terminal.stderr
+    assert terminal.stdout.count("median step 6,986 µs") == 2 and "459 µs" not in terminal.stdout
+    data = json.loads(cli("diff", path, path, "--format", "json").stdout)
+    assert data["base"]["step_time_us_median"] == pytest.approx(analyzed, abs=0.01)
+
+
+def test_diff_without_steps_reports_the_whole_trace_as_analyze_does(tmp_path: Path) -> None:
+    from gpuadvisor.pipeline import analyze_path
+
+    base, current = write_pair(tmp_path, steps=False)
+    result = diff.diff_paths(base, current)
+    assert result["base"]["step_time_us_median"] == pytest.approx(analyze_path(base)["summary"]["step_time_us"])
+    assert "whole trace" in diff.render_markdown(result)

@@ -165,9 +165,9 @@ def test_nvml_sampler_summary_and_csv(tmp_path):
         __import__("time").sleep(0.05)
     assert fake.shut and len(sampler.samples) >= 3
     summary = nvml_module.summarize(sampler, [2000.0] * 10)
-    # A phase of 0.05 s is too short for the energy counter's slope: median power x mean step time.
-    assert summary["energy_source"] == f"median of {len(sampler.samples)} NVML power readings"
-    assert summary["energy_j_per_step"] == pytest.approx(350.0 * 2000e-6)
+    # A phase of 0.05 s is shorter than one update of the energy counter: no energy figure, never 0.
+    assert summary["energy_j_per_step"] is None and summary["power_w_average"] is None
+    assert summary["energy_source"].startswith("not measured: the timed span lasted 0.0")
     assert summary["power_w_median"] == 350.0 and summary["temperature_c_max"] == 41
     assert summary["clocks"]["mem_mhz_median"] == 3201
     assert summary["clocks"]["sm_mhz_max"] == 1980 and summary["clocks"]["sm_mhz_min"] == 1755
@@ -198,6 +198,87 @@ def test_average_power_from_the_energy_counter():
     summary = nvml_module.summarize(sampler, [5000.0, 7000.0])
     assert summary["energy_j_per_step"] == pytest.approx(power * 6000e-6)
     assert summary["power_w_median"] == 130.0
+
+
+def sampler_over(duration_s: float, watts: float, *, counter: bool = True) -> nvml_module.NvmlSampler:
+    """A finished sampler of FakeNvml's calls over ``duration_s``, read every 20 ms, at ``watts``: the energy
+    counter adds watts x 0.1 s every 100 ms (frozen when ``counter`` is False); the power reading says 130 W."""
+    sampler = nvml_module.NvmlSampler(FakeNvml(), handle=None)
+    start = 1_000_000
+
+    def energy(t: float) -> int:
+        return start + int(watts * 100) * int(t / 0.1) if counter else start
+
+    sampler.energy_start_mj = energy(0.0)
+    sampler.duration_s = duration_s
+    sampler.energy_end_mj = energy(duration_s)
+    times = [0.02 * i + 0.005 for i in range(int(duration_s / 0.02))]
+    sampler.samples = [nvml_module.NvmlSample(t, 1980, 3201, 130.0, energy(t), 40, 1) for t in times]
+    return sampler
+
+
+def test_energy_over_a_40_ms_window_is_not_measured():
+    """apply's after side once read 0.0 J per step off 3 blocks of 0.04 s in all (issue 14): under the counter's
+    ~100 ms update interval there is no energy figure, and the reason says so."""
+    sampler = sampler_over(0.04, 140.0)
+    assert nvml_module.average_power(sampler) == (None, nvml_module.summarize(sampler, [13_000.0])["energy_source"])
+    summary = nvml_module.summarize(sampler, [13_000.0, 13_500.0, 12_900.0])
+    assert summary["energy_j_per_step"] is None and summary["power_w_average"] is None
+    assert summary["energy_source"] == (
+        "not measured: the timed span lasted 0.04 s, under the ~0.1 s between updates of NVML's energy counter"
+    )
+    assert summary["power_w_median"] == 130.0  # the readings themselves are kept
+
+
+def test_energy_over_a_2_s_window_with_a_counter_rise_is_a_number():
+    sampler = sampler_over(2.0, 140.0)
+    summary = nvml_module.summarize(sampler, [5000.0, 7000.0])
+    assert summary["power_w_average"] == pytest.approx(140.0, rel=0.01)
+    assert summary["energy_j_per_step"] == pytest.approx(140.0 * 6000e-6, rel=0.01)
+    assert summary["energy_source"].startswith("NVML energy counter (")
+
+
+def test_energy_with_a_counter_that_did_not_advance_is_not_measured():
+    summary = nvml_module.summarize(sampler_over(0.3, 140.0, counter=False), [5000.0])
+    assert summary["energy_j_per_step"] is None
+    assert summary["energy_source"] == "not measured: NVML's energy counter did not advance over 0.30 s"
+
+
+def test_profile_report_says_not_measured_never_0():
+    """The JSON summary, the terminal and Markdown rows and the note of a profile timed for 0.04 s."""
+    import io
+
+    from rich.console import Console
+
+    from gpuadvisor.profile import _analyze
+    from gpuadvisor.report.markdown import render_markdown
+    from gpuadvisor.report.terminal import render_terminal
+    from gpuadvisor.rules.engine import load_rules
+
+    timed = [13_000.0, 13_500.0, 12_900.0]
+    facts = _RunFacts(
+        model_path=Path("examples/gemm.py"),
+        out_dir=Path("out"),
+        times=StepTimes(timed, "CUDA events, 3 steps, no profiler", 0.04),
+        tokens_per_step=None,
+        nvml_summary=nvml_module.summarize(sampler_over(0.04, 140.0), timed),
+        nvml_reason="",
+        memory={},
+        profiled_steps=3,
+    )
+    report = _analyze(SAMPLES / "gemm.json.gz", facts, {}, rules=load_rules(), peaks_file=None, cuda=True)
+    summary = report["summary"]
+    assert summary["energy_j_per_step"] is None and summary["energy_source"].startswith("not measured")
+    note = next(n for n in report["notes"] if n.startswith("energy per step"))
+    assert note.startswith("energy per step not measured: the timed span lasted 0.04 s") and "--min-time" in note
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    render_terminal(report, console)
+    terminal = console.file.getvalue()
+    row = next(line for line in terminal.splitlines() if "Energy per step" in line)
+    assert row.split("  ")[0] == "Energy per step" and row.split()[3:5] == ["not", "measured"]
+    assert "mJ" not in row and " J " not in row
+    markdown_row = next(line for line in render_markdown(report).splitlines() if "Energy per step" in line)
+    assert markdown_row.split("|")[2].strip() == "not measured" and "mJ" not in markdown_row
 
 
 def test_clock_reasons_decoded():

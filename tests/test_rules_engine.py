@@ -80,3 +80,57 @@ def test_raised_threshold_silences_the_finding(tmp_path):
     raised = analyze_path(samples / "llama_decode.json.gz", rules_dir=tmp_path)
     assert baseline["findings"][0]["rule_id"] == "GA101"
     assert "GA101" not in [f["rule_id"] for f in raised["findings"]]  # idle for launches is 96.4% < 99%
+
+
+def test_every_catalog_rule_names_its_saving_basis():
+    from gpuadvisor.rules.engine import SAVING_BASES, SAVING_SOURCES
+
+    rules = {r.id: r for r in load_rules()}
+    assert all(r.saving_basis in SAVING_BASES and r.saving_from in SAVING_SOURCES for r in rules.values())
+    assert rules["GA101"].saving_basis == "graph replay model"
+    assert {i for i, r in rules.items() if r.saving_basis == "upper bound"} == {
+        "GA102",
+        "GA401",
+        "GA501",
+        "GA502",
+        "GA701",
+        "GA702",
+    }
+
+
+def test_upper_bounds_rank_below_savings_with_a_fix_of_the_same_size():
+    from gpuadvisor.rules.engine import rank_key
+
+    def finding(rule_id, saving, basis, severity="medium"):
+        return {"rule_id": rule_id, "estimated_saving_us_per_step": saving, "saving_basis": basis, "severity": severity}
+
+    ranked = sorted(
+        [
+            finding("GA401", 100.0, "upper bound", "high"),
+            finding("GA402", 100.0, "roof"),
+            finding("GA102", 250.0, "upper bound"),
+            finding("GA201", 60.0, "roof"),
+            finding("GA301", 40.0, "roof"),
+        ],
+        key=rank_key,
+    )
+    # Upper bounds count at half: 250 -> 125, 100 -> 50 (below the 60 µs fix, above the 40 µs one).
+    assert [f["rule_id"] for f in ranked] == ["GA102", "GA402", "GA201", "GA401", "GA301"]
+
+
+def test_combined_estimate_counts_a_share_of_the_step_once():
+    from gpuadvisor.rules.engine import combined_estimate
+
+    summary = {"step_time_us": 1000.0, "idle_launch_us": 500.0, "kernel_us_per_step": 400.0}
+    findings = [
+        {"estimated_saving_us_per_step": 400.0, "saving_basis": "roof", "saving_from": "kernels"},
+        {"estimated_saving_us_per_step": 200.0, "saving_basis": "roof", "saving_from": "kernels"},
+        {"estimated_saving_us_per_step": 500.0, "saving_basis": "graph replay model", "saving_from": "launch_idle"},
+        {"estimated_saving_us_per_step": 100.0, "saving_basis": "upper bound", "saving_from": "sync_idle"},
+    ]
+    got = combined_estimate(findings, summary)
+    # kernels: 400 of 400 and 200 of 400 cannot save more than the 400 µs of kernels; launch idle adds 500.
+    assert got["combined_saving_us"] == 900.0 and got["combined_saving_pct"] == 90.0
+    # sync idle is not in the summary: the upper bound combines against the whole step.
+    assert got["combined_upper_bound_us"] == 100.0
+    assert combined_estimate(findings, {"step_time_us": None})["combined_saving_us"] is None

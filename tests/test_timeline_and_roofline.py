@@ -71,7 +71,8 @@ def test_roofline_classes_from_shapes_grids_and_launches(tmp_path):
     - a bf16 4096^3 mm: 137.4 GFLOP over 100.7 MB -> intensity 1365 FLOP/B, above the ridge (206): compute;
       in 200 µs it runs at 687 TFLOP/s = 69.4% of its roof;
     - a bf16 add of two 4096x4096 tensors: 16.8 M FLOP over 100.7 MB -> memory; 30 µs -> 3.36 TB/s = 70%;
-    - the same add with a 64-block grid (under one wave of 132 SMs): latency;
+    - the same add with a 64-block grid (under one wave of 132 SMs) at the same 70%: memory, whatever its grid
+      (>= 60% of its roof); with that grid in 300 µs (7%): latency;
     - a 2 µs kernel whose launch call took 5 µs: launch."""
     mm_args = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}
     add_args = {
@@ -91,6 +92,9 @@ def test_roofline_classes_from_shapes_grids_and_launches(tmp_path):
         kernel("vectorized_elementwise_kernel_add_small", 410, 30, 3, 3, grid=(64, 1, 1)),
         launch(500, 5, 4, 4),
         kernel("tiny_fill", 510, 2, 4, 4),
+        x("cpu_op", "aten::add", 520, 9, **{"External id": 5, **add_args}),
+        launch(521, 5, 5, 5),
+        kernel("vectorized_elementwise_kernel_add_slow", 530, 300, 5, 5, grid=(64, 1, 1)),
     ]
     trace = write(tmp_path, events)
     k = analyze_trace(trace, lookup_peaks(trace.device)).kernels.set_index("name")
@@ -102,5 +106,123 @@ def test_roofline_classes_from_shapes_grids_and_launches(tmp_path):
     assert k.loc["vectorized_elementwise_kernel_add", "pct_of_roof"] == pytest.approx(
         100 * (3 * 4096 * 4096 * 2) / 30e-6 / 4.8e12, rel=1e-3
     )
-    assert k.loc["vectorized_elementwise_kernel_add_small", "bound"] == "latency"
+    assert k.loc["vectorized_elementwise_kernel_add_small", "bound"] == "memory"
+    assert k.loc["vectorized_elementwise_kernel_add_slow", "bound"] == "latency"
     assert k.loc["tiny_fill", "bound"] == "launch"
+
+
+# Bytes per operator family, the 100% ceiling and the class order, on the committed traces ------------------
+
+from pathlib import Path  # noqa: E402
+
+from gpuadvisor.analysis.op_costs import op_cost  # noqa: E402
+from gpuadvisor.pipeline import analyze_path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC = ROOT.parent / "shared" / "traces" / "public"
+ALL_TRACES = sorted(ROOT.glob("sample_traces/*.json.gz")) + sorted(ROOT.glob("sample_traces/real/*.json.gz"))
+ALL_TRACES += sorted(PUBLIC.glob("*.json.gz")) + sorted(PUBLIC.glob("two_ranks/*.json.gz"))
+
+
+def test_gathers_and_slice_writes_count_what_they_touch():
+    """The decode sample's embedding lookup (index_select of 1 row of a 32000x2048 bf16 table) and KV-cache
+    write (index_copy_ of one [1, 16, 1, 128] slot into a [1, 16, 1024, 128] cache), as recorded: the index,
+    the row or slot read and written, not the 131 MB table or the 4.2 MB cache."""
+    bf16, long = "c10::BFloat16", "long int"
+    row = op_cost("aten::index_select", [[32000, 2048], [], [1]], [bf16, "Scalar", long], 0.0)
+    assert row.bytes == 8 + 2 * 2048 * 2 and "index" in row.basis
+    slot = op_cost("aten::index_copy_", [[1, 16, 1024, 128], [], [1], [1, 16, 1, 128]], [bf16, "Scalar", long, bf16], 0)
+    assert slot.bytes == 8 + 2 * 16 * 128 * 2
+    fill = op_cost("aten::fill_", [[4096, 4096], []], ["float", "Scalar"], 0.0)
+    assert fill.bytes == 4096 * 4096 * 4  # written only
+    gather = op_cost("aten::gather", [[50257, 768], [], [8192, 768]], ["c10::Half", "Scalar", long], 0.0)
+    assert gather.bytes == 8192 * 768 * (8 + 2 * 2)
+
+
+@pytest.fixture(scope="module")
+def every_report() -> dict[str, dict]:
+    reports = {}
+    for path in ALL_TRACES:
+        try:
+            reports[str(path.relative_to(path.parents[1]))] = analyze_path(path)
+        except Exception as exc:  # CPU-only and other-accelerator traces: no kernels (test_public_traces)
+            assert "GPU kernels" in str(exc)
+    return reports
+
+
+def test_no_kernel_row_shows_more_than_100_pct_of_roof(every_report):
+    assert len(every_report) >= 20
+    inconsistent = 0
+    for name, report in every_report.items():
+        for k in report["kernels"]:
+            assert k["pct_of_roof"] is None or k["pct_of_roof"] <= 100.0, (name, k["name"], k["pct_of_roof"])
+            if k["pct_of_roof"] is None and k["roof_note"]:
+                inconsistent += 1
+                assert "estimate inconsistent" in k["roof_note"], k["roof_note"]
+    assert inconsistent > 0  # L2-resident optimizer updates of the GPT-2 training trace, at least
+
+
+def test_decode_embedding_kv_write_and_gemv_classes(every_report):
+    """llama_decode on the H200: the embedding lookup and the KV-cache write move kilobytes, not the table or
+    cache; the 126-block lm-head GEMV is memory-bound (>= 60% of the HBM roof) and out of GA102."""
+    report = every_report["sample_traces/llama_decode.json.gz"]
+    rows = {k["name"]: k for k in report["kernels"]}
+    embedding = next(k for n, k in rows.items() if "indexSelectSmallIndex" in n)
+    kv_write = next(k for n, k in rows.items() if "index_copy_kernel" in n)
+    gemv = rows["nvjet_sm90_tst_256x8_64x6_2x1_v_bz_TNT"]
+    assert embedding["bytes"] / embedding["count"] == 8 + 2 * 2048 * 2 and embedding["pct_of_roof"] < 1
+    assert kv_write["bytes"] / kv_write["count"] == 8 + 2 * 16 * 128 * 2 and kv_write["pct_of_roof"] < 1
+    assert gemv["blocks"] == 126 and gemv["bound"] == "memory" and 60 <= gemv["pct_of_roof"] <= 100
+    ga102 = next(f for f in report["findings"] if f["rule_id"] == "GA102")
+    assert "256x8_64x6" not in ga102["message"]
+
+
+def test_no_kernel_near_its_roof_is_latency_or_in_ga102():
+    """Over a real trace (hf_bert_finetune_amp, H200): every launch at >= 60% of its roof is memory or compute,
+    whatever its grid, and GA102's time is that of the under-wave launches below 60% only."""
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.analysis.roofline import NEAR_ROOF_PCT
+    from gpuadvisor.rules.engine import load_rules, run_rules
+
+    trace = load_trace(ROOT / "sample_traces/real/hf_bert_finetune_amp.json.gz")
+    a = analyze_trace(trace, lookup_peaks(trace.device))
+    k = a.kernels
+    near = k[(k["pct_of_roof"] >= NEAR_ROOF_PCT) & (k["family"] != "communication")]
+    assert len(near) and set(near["bound"]) <= {"memory", "compute"}
+    assert ((near["blocks"] > 0) & (near["blocks"] < 132)).any()  # under one wave, still roof-bound
+    findings, _ = run_rules(a, load_rules())
+    ga102 = next(f for f in findings if f.rule_id == "GA102")
+    inside = k[(k["step_index"] >= 0) & (k["blocks"] > 0) & (k["blocks"] < 132) & ~(k["pct_of_roof"] >= 60)]
+    inside = inside[inside["family"] != "communication"]
+    assert ga102.evidence["us_per_step"] == pytest.approx(inside["dur_us"].sum() / a.n_steps, abs=0.1)
+
+
+@pytest.mark.skipif(not (PUBLIC / "diff_test.json.gz").exists(), reason="shared/traces/public is not available")
+def test_graph_replayed_kernels_are_never_launch_bound():
+    """diff_test (HTA's test data, a V100 job replaying CUDA graphs): 744 kernels per step linked to
+    cudaGraphLaunch calls, nearly all shorter than that call. None is launch-bound in the analysis, and apply's
+    graph_replay_facts reports the same classes as the analysis."""
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.apply import graph_replay_facts
+
+    path = PUBLIC / "diff_test.json.gz"
+    trace = load_trace(path)
+    k = analyze_trace(trace, lookup_peaks(trace.device)).kernels
+    replayed = k[k["graph_replay"]]
+    assert len(replayed) > 1000 and (replayed["dur_us"] < replayed["launch_dur_us"]).mean() > 0.9
+    assert "launch" not in set(replayed["bound"])
+    assert (k.loc[~k["graph_replay"], "bound"] == "launch").any()  # kernels with a launch call of their own can be
+    facts = graph_replay_facts(path)
+    report = analyze_path(path)
+    assert facts["kernels_per_step"] == 744
+    assert facts["classes_us_per_step"] == pytest.approx(report["kernel_classes"], abs=0.05)
+    assert facts["relabelled_launch_us_per_step"] > 0.9 * facts["us_per_step"]
+
+
+def test_roof_cell_says_when_the_estimate_is_inconsistent():
+    from gpuadvisor.report.sections import roof_cell
+
+    note = "bytes estimate inconsistent: 25.2 MB per call in 4.42 µs would be 119% of the HBM roof (...)"
+    assert roof_cell({"pct_of_roof": None, "roof_note": note}, "—", False) == ">100% (bytes estimate inconsistent)"
+    assert roof_cell({"pct_of_roof": None, "roof_note": note}, "—", True) == f">100% ({note})"
+    assert roof_cell({"pct_of_roof": 71.3, "roof_note": None}, "~71.3%", False) == "~71.3%"

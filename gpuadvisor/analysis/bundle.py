@@ -7,9 +7,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuadvisor.analysis.harness import harness_note
 from gpuadvisor.analysis.linking import gpu_activities, step_windows
 from gpuadvisor.analysis.roofline import kernel_summary, kernel_table
-from gpuadvisor.analysis.timeline import host_sync_table, launch_calls, step_breakdown, sync_calls, user_frames
+from gpuadvisor.analysis.timeline import (
+    host_sync_table,
+    launch_calls,
+    median_step_time_us,
+    step_breakdown,
+    sync_calls,
+    user_frames,
+)
 from gpuadvisor.analysis.transfers import transfer_rows, transfer_summary
 from gpuadvisor.device.peaks import DevicePeaks
 from gpuadvisor.trace.model import Trace
@@ -45,7 +53,7 @@ class Analysis:
 
     @property
     def step_time_us(self) -> float | None:
-        return self.median("step_time_us")
+        return median_step_time_us(self.steps)
 
 
 def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
@@ -62,6 +70,12 @@ def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
     steps = step_breakdown(trace, acts, syncs, launch_calls(trace))
     kernels = kernel_table(trace, peaks, acts)
     frames = user_frames(trace)
+    harness = sync_calls(trace, harness=True)
+    # Only the harness's syncs inside the trace's steps (or in a whole-trace step) changed a figure: those
+    # outside every ProfilerStep never counted.
+    note = harness_note(trace, harness[harness["step_index"] >= 0] if len(trace.steps) else harness, frames)
+    if note:
+        notes.append(note)
     xfer = transfer_rows(trace, acts)
     return Analysis(
         trace=trace,

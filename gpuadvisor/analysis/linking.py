@@ -57,8 +57,12 @@ def step_windows(trace: Trace) -> pd.DataFrame:
         steps = trace.steps[["step", "ts_us", "end_us"]].copy()
         steps["synthetic"] = False
         return steps.sort_values("ts_us").reset_index(drop=True)
+    from gpuadvisor.analysis.harness import harness_runtime
+
     starts, ends = [], []
-    for df in (trace.kernels, trace.memcpys, trace.runtime):
+    # The profiling harness's own runtime calls (a final synchronize before export) are not the step's.
+    runtime = trace.runtime[~harness_runtime(trace)] if len(trace.runtime) else trace.runtime
+    for df in (trace.kernels, trace.memcpys, runtime):
         if len(df):
             starts.append(df["ts_us"].min())
             ends.append(df["end_us"].max())

@@ -2,56 +2,39 @@
 
 FLOPs and bytes come from the operator that launched the kernel (linked through External id): the
 profiler's FLOP count when it recorded one (``with_flops=True``; matmuls and convolutions), otherwise an
-estimate from the recorded input shapes and dtypes (``record_shapes=True``). Bytes are always an
-estimate (inputs read once, output written once). When an operator launches several kernels, its FLOPs
-and bytes are split among them in proportion to their durations. ``estimated`` marks every row whose FLOPs
-are not the profiler's own count, or whose class comes from the name-family fallback below.
+estimate from the recorded input shapes and dtypes (``record_shapes=True``), counted per operator family
+(:mod:`gpuadvisor.analysis.op_costs`; ``bytes_basis`` names the count). Bytes are always an estimate. When an
+operator launches several kernels, its FLOPs and bytes are split among them in proportion to their durations.
+``estimated`` marks every row whose % of roof or class rests on an estimate: FLOPs from shapes, bytes (a
+kernel under the memory roof), or the name-family fallback below.
+
+A % of roof above 100 is not a measurement: the kernel moved less than the estimate says (inputs aliased, data
+served from L2, a count that does not fit the kernel). Such a row keeps ``pct_of_roof`` NaN (the figure is in
+``pct_of_roof_implied``, the per-name summary says why in ``roof_note``) and is not classed by it.
 
 Classes, in order of precedence:
-- ``launch``: the kernel ran shorter than its own launch call took on the host;
+- ``compute`` / ``memory``: at >= 60% of the roof it is under (compute past the ridge point of its dtype,
+  memory below), whatever its grid;
+- ``launch``: the kernel ran shorter than a launch call of its own took on the host (never a kernel replayed
+  from a CUDA graph: the whole graph shares one ``cudaGraphLaunch``);
 - ``latency``: its grid has fewer blocks than the GPU has SMs (less than one wave), so most SMs idle;
-- ``compute`` / ``memory``: arithmetic intensity above / below the ridge point of the kernel's dtype;
+- ``compute`` / ``memory``: arithmetic intensity above / below the ridge point;
 - without FLOPs/bytes or peaks, GEMM/convolution/attention families count as compute and the rest as
   memory (``estimated`` = True); communication kernels (NCCL) are ``unknown``.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
 import pandas as pd
 
-from gpuadvisor.analysis.linking import factorize_names, gpu_activities
+from gpuadvisor.analysis.linking import factorize_names, gpu_activities, match_names
+from gpuadvisor.analysis.op_costs import DTYPE_ORDER, ITEMSIZE, op_cost
 from gpuadvisor.device.peaks import DevicePeaks, peak_flops
 from gpuadvisor.trace.kineto import input_shapes_raw
 from gpuadvisor.trace.model import Trace
-
-# Bytes per element of the dtypes the profiler names in "Input type".
-ITEMSIZE = {
-    "float": 4,
-    "c10::Float": 4,
-    "double": 8,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "long int": 8,
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1,
-    "long": 8,
-    "half": 2,
-    "bfloat16": 2,
-}
-DTYPE_ORDER = ["c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::BFloat16", "c10::Half", "float", "double"]
 
 FAMILY_PATTERNS = [
     ("communication", r"nccl|rccl|all_?reduce|allgather|reduce_?scatter|sendrecv"),
@@ -65,20 +48,13 @@ FAMILY_PATTERNS = [
 ]
 COMPUTE_FAMILIES = {"gemm", "attention", "convolution"}
 _FAMILY_RES = [(fam, re.compile(pat, re.IGNORECASE)) for fam, pat in FAMILY_PATTERNS]
-_MATMUL_OPS = {
-    "aten::mm",
-    "aten::addmm",
-    "aten::bmm",
-    "aten::baddbmm",
-    "aten::matmul",
-    "aten::linear",
-    "aten::_scaled_mm",
-    "aten::addbmm",
-    "aten::dot",
-    "aten::mv",
-    "aten::addmv",
-}
-_REDUCTION_OP = re.compile(r"aten::(sum|mean|norm|amax|amin|max|min|var|std|argmax|argmin|prod|all|any|_local_scalar)")
+# Nsight Compute's SpeedOfLight rule calls a kernel latency-limited when both its compute and its memory
+# throughput are under 60% of peak; at or above 60% of the roof it is under, a kernel is bound by that roof
+# whatever its grid (the 126-block lm-head GEMV of the H200 decode sample runs at 81% of the HBM roof).
+NEAR_ROOF_PCT = 60.0
+# A % of roof above this is not a measurement: the FLOP or byte estimate behind it is wrong for this kernel.
+MAX_CONSISTENT_PCT = 100.0
+__all__ = ["DTYPE_ORDER", "ITEMSIZE", "graph_replayed", "kernel_family", "kernel_summary", "kernel_table", "op_cost"]
 
 KERNEL_COLUMNS = [
     "name",
@@ -97,6 +73,10 @@ KERNEL_COLUMNS = [
     "bound",
     "pct_of_roof",
     "launch_dur_us",
+    "bytes_basis",
+    "roof_side",
+    "pct_of_roof_implied",
+    "graph_replay",
 ]
 
 
@@ -107,70 +87,6 @@ def kernel_family(name: str) -> str:
         if pattern.search(name):
             return fam
     return "other"
-
-
-def _numel(dims) -> int | None:
-    if not isinstance(dims, list) or any(not isinstance(d, int) for d in dims):
-        return None
-    n = 1
-    for d in dims:
-        n *= d
-    return n
-
-
-def op_cost(
-    name: str, dims: list | None, types: list | None, recorded_flops: float
-) -> tuple[float, float, str | None, bool]:
-    """(flops, bytes, dtype, estimated) for one operator call, from its shapes; NaN when unknown."""
-    if not isinstance(dims, list) or not isinstance(types, list):
-        flops = recorded_flops if recorded_flops > 0 else math.nan
-        return flops, math.nan, None, True
-    tensors = []  # (numel, itemsize, dtype name)
-    for d, t in zip(dims, types):
-        n = _numel(d)
-        size = ITEMSIZE.get(t) if isinstance(t, str) else None
-        if n is not None and size is not None and isinstance(d, list) and len(d) > 0:
-            tensors.append((n, size, t, d))
-    if not tensors:
-        flops = recorded_flops if recorded_flops > 0 else math.nan
-        return flops, math.nan, None, True
-    dtype = next((t for t in DTYPE_ORDER if any(x[2] == t for x in tensors)), tensors[0][2])
-    read = sum(n * s for n, s, _, _ in tensors)
-    estimated = True
-    flops = math.nan
-    if name in _MATMUL_OPS:
-        mats = [d for _, _, _, d in tensors if len(d) >= 2]
-        if len(mats) >= 2:
-            if name == "aten::linear":  # (input [..., K], weight [N, K], bias)
-                a, b = mats[0], mats[1]
-                k, n_cols = a[-1], b[0]
-            elif name == "aten::_scaled_mm":  # (a [M, K], b [K, N], scales...)
-                a, b = mats[0], mats[1]
-                k, n_cols = a[-1], b[-1]
-            else:  # mm, bmm, addmm(bias, a, b), baddbmm(...)
-                a, b = mats[-2], mats[-1]
-                k, n_cols = a[-1], b[-1]
-            m_rows = _numel(a[:-1]) or 0
-            out_numel = m_rows * n_cols
-            flops = 2.0 * m_rows * k * n_cols
-            write = out_numel * tensors[-1][1]
-        else:
-            write = max(n for n, _, _, _ in tensors) * tensors[0][1]
-    elif name.endswith("_") and not name.startswith("aten::_"):
-        # In-place op: writes its first operand.
-        write = tensors[0][0] * tensors[0][1]
-        flops = float(tensors[0][0])
-    elif _REDUCTION_OP.match(name):
-        write = 0
-        flops = float(max(n for n, _, _, _ in tensors))
-    else:
-        biggest = max(tensors, key=lambda x: x[0])
-        write = biggest[0] * tensors[0][1]
-        flops = float(biggest[0])
-    if recorded_flops > 0:
-        flops = recorded_flops
-        estimated = False  # FLOPs are the profiler's own count; bytes are always estimated (module doc)
-    return flops, float(read + write), dtype, estimated
 
 
 def _raw_codes(raws: pd.Series) -> tuple[np.ndarray, list[bytes]]:
@@ -191,8 +107,11 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     name, family, ts_us, dur_us, stream, step_index (-1 outside steps), blocks (-1 unknown), op (launching
     operator or None), flops (FLOP, NaN unknown), bytes (estimated bytes moved, NaN unknown), intensity
     (FLOP/byte), dtype (profiler dtype name), estimated (bool), bound (compute | memory | latency | launch |
-    unknown), pct_of_roof (% of the attainable rate at this intensity; NaN without peaks or costs),
-    launch_dur_us (host launch call duration, NaN unknown).
+    unknown), pct_of_roof (% of the attainable rate at this intensity; NaN without peaks or costs, or above
+    100), launch_dur_us (host launch call duration, NaN unknown), bytes_basis (how bytes were counted, None
+    without a linked operator), roof_side (compute | memory | None: the roof the kernel is under),
+    pct_of_roof_implied (the % of roof the estimates give, above 100 included), graph_replay (bool: launched by
+    a CUDA graph replay, see :func:`graph_replayed`).
     """
     if acts is None:
         acts = gpu_activities(trace)
@@ -210,6 +129,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     dtype = np.full(len(k), None, dtype=object)
     estimated = np.ones(len(k), dtype=bool)
     op_name = np.full(len(k), None, dtype=object)
+    basis = np.full(len(k), None, dtype=object)
     if len(ops):
         linked = ops[ops["external_id"].isin(k["external_id"][k["external_id"] >= 0].unique())]
         linked = linked.drop_duplicates(["rank", "external_id"])
@@ -240,6 +160,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
                     "op_bytes": [c[1] for c in cost],
                     "op_dtype": [c[2] for c in cost],
                     "op_estimated": [c[3] for c in cost],
+                    "op_basis": [c[4] for c in cost],
                 }
             )
             merged = k[["rank", "external_id", "dur_us"]].merge(costs, on=["rank", "external_id"], how="left")
@@ -251,11 +172,13 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             dtype = merged["op_dtype"].to_numpy(object)
             estimated = merged["op_estimated"].fillna(True).to_numpy(bool)
             op_name = merged["op"].to_numpy(object)
+            basis = merged["op_basis"].to_numpy(object)
 
     dur = k["dur_us"].to_numpy(float)
     blocks = k["blocks"].to_numpy()
     launch_dur = k["launch_dur_us"].to_numpy(float)
     intensity = np.divide(flops, nbytes, out=np.full(len(k), np.nan), where=nbytes > 0)
+    graph = graph_replayed(k)
 
     # Peak FLOP/s per kernel from its dtype (fp32 operands on TF32 tensor cores when the name says so).
     kind = pd.Series(dtype, dtype=object)
@@ -267,26 +190,39 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     bw = peaks.hbm_bytes_per_s or np.nan
     fam = family.to_numpy(object)
     with np.errstate(invalid="ignore", divide="ignore"):
-        attainable = np.minimum(peak, intensity * bw)
-        roofline_known = np.isfinite(attainable)
-        pct = np.where(roofline_known, 100.0 * flops / (dur * 1e-6) / attainable, np.nan)
+        # The roof a kernel is under: compute when its intensity is past the ridge point, memory otherwise;
+        # with only bytes known, memory; with only FLOPs known, compute.
+        roofline_known = np.isfinite(intensity) & np.isfinite(peak) & np.isfinite(bw)
         bytes_only = ~roofline_known & np.isfinite(nbytes) & np.isfinite(bw)
-        pct = np.where(bytes_only, 100.0 * nbytes / (dur * 1e-6) / bw, pct)
-    pct[~(dur > 0)] = np.nan
+        flops_only = ~roofline_known & ~np.isfinite(nbytes) & (flops > 0) & np.isfinite(peak)
+        compute_side = (roofline_known & (intensity * bw >= peak)) | flops_only
+        memory_side = (roofline_known & ~compute_side) | bytes_only
+        implied = np.full(len(k), np.nan)
+        implied[compute_side] = (100.0 * flops / (dur * 1e-6) / peak)[compute_side]
+        implied[memory_side] = (100.0 * nbytes / (dur * 1e-6) / bw)[memory_side]
+    implied[~(dur > 0)] = np.nan
+    # Above the roof is no measurement: the estimate is wrong for this kernel, and it classes nothing.
+    consistent = ~(implied > MAX_CONSISTENT_PCT)
+    pct = np.where(consistent, implied, np.nan)
+    roof_side = np.where(compute_side, "compute", np.where(memory_side, "memory", None)).astype(object)
     sm_count = peaks.sm_count or 0
     by_family = np.where(np.isin(fam, list(COMPUTE_FAMILIES)), "compute", "memory")
-    by_roofline = np.where(intensity * bw >= peak, "compute", "memory")
+    own_launch = ~graph & (dur < launch_dur)  # False where launch_dur is NaN
     bound = np.select(
         [
-            dur < launch_dur,  # False where launch_dur is NaN
+            (pct >= NEAR_ROOF_PCT) & (fam != "communication"),
+            own_launch,
             (blocks > 0) & (blocks < sm_count),
             fam == "communication",
-            roofline_known,
+            (roofline_known | bytes_only | flops_only) & consistent,
         ],
-        ["launch", "latency", "unknown", by_roofline],
+        [roof_side, "launch", "latency", "unknown", roof_side],
         default=by_family,
     ).astype(object)
-    estimated = estimated | (bound == by_family) & ~roofline_known
+    fallback = (bound == by_family) & ~((roofline_known | bytes_only | flops_only) & consistent)
+    # Estimated: FLOPs from shapes, a % of roof that rests on bytes (always estimated), or the family fallback.
+    flops_estimated = estimated.copy()  # FLOPs from shapes, not the profiler's own count
+    estimated = estimated | (memory_side & np.isfinite(implied)) | fallback
     return pd.DataFrame(
         {
             "name": names,
@@ -302,18 +238,37 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             "intensity": intensity,
             "dtype": dtype,
             "estimated": estimated,
+            "flops_estimated": flops_estimated,
             "bound": bound,
             "pct_of_roof": pct,
             "launch_dur_us": launch_dur,
+            "bytes_basis": basis,
+            "roof_side": roof_side,
+            "pct_of_roof_implied": implied,
+            "graph_replay": graph,
         }
     )
+
+
+def graph_replayed(kernel_acts: pd.DataFrame) -> np.ndarray:
+    """Which kernels a CUDA graph replay launched: their launch call is a graph launch, or they share it with
+    other kernels (a replay links every kernel of the graph to the one ``cudaGraphLaunch``). Such a kernel has
+    no launch call of its own, so comparing it with that call says nothing about launch overhead."""
+    if not len(kernel_acts):
+        return np.zeros(0, dtype=bool)
+    by_name = match_names(kernel_acts["launch_name"].fillna("").astype(str), "GraphLaunch")
+    correlation = kernel_acts["correlation"].to_numpy()
+    keyed = pd.DataFrame({"rank": kernel_acts["rank"].to_numpy(), "correlation": correlation})
+    shared = keyed.groupby(["rank", "correlation"])["correlation"].transform("size").to_numpy() > 1
+    return by_name | (shared & (correlation >= 0) & kernel_acts["launch_name"].notna().to_numpy())
 
 
 def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> pd.DataFrame:
     """Kernels grouped by name. Columns: name, family, count, count_per_step, total_us, us_per_step,
     mean_us, pct_of_gpu_time, flops, bytes, intensity, achieved_flops_per_s, achieved_bytes_per_s, bound
-    (the class holding most of the name's time), pct_of_roof (time-weighted), estimated, blocks (median),
-    dtype. Sorted by total_us, largest first. When the trace has steps, only kernels inside steps count.
+    (the class holding most of the name's time), pct_of_roof (time-weighted over the launches at or under
+    100%), estimated, blocks (median), dtype, bytes_basis, roof_note (None, or why launches above the roof are
+    not shown). Sorted by total_us, largest first. When the trace has steps, only kernels inside steps count.
     """
     if not len(kernels):
         return pd.DataFrame()
@@ -324,6 +279,10 @@ def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> p
     k["in_step"] = k["step_index"] >= 0
     k["roof_weight"] = np.where(k["pct_of_roof"].notna(), k["dur_us"], 0.0)
     k["roof_weighted"] = k["pct_of_roof"].fillna(0.0) * k["roof_weight"]
+    over = (k["pct_of_roof_implied"] > MAX_CONSISTENT_PCT).to_numpy()
+    k["over_weight"] = np.where(over, k["dur_us"], 0.0)
+    k["over_weighted"] = np.where(over, k["pct_of_roof_implied"], 0.0) * k["over_weight"]
+    k["over_count"] = over.astype(np.int64)
     # Grouped by name codes (first-seen order, as groupby(sort=False) orders names); names go back at the end.
     codes, unique_names = factorize_names(k["name"])
     k["name"] = codes
@@ -336,10 +295,16 @@ def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> p
         flops=("flops", lambda s: s.sum(min_count=1)),
         bytes=("bytes", lambda s: s.sum(min_count=1)),
         estimated=("estimated", "any"),
+        flops_estimated=("flops_estimated", "any"),
         blocks=("blocks", "median"),
         dtype=("dtype", "first"),
         roof_weight=("roof_weight", "sum"),
         roof_weighted=("roof_weighted", "sum"),
+        over_weight=("over_weight", "sum"),
+        over_weighted=("over_weighted", "sum"),
+        over_count=("over_count", "sum"),
+        bytes_basis=("bytes_basis", "first"),
+        roof_side=("roof_side", "first"),
     )
     in_step = k[k["in_step"]].groupby("name", sort=False)["dur_us"].agg(["size", "sum"])
     out["count_per_step"] = (in_step["size"] / n_steps) if n_steps else np.nan
@@ -353,7 +318,16 @@ def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> p
     out["achieved_flops_per_s"] = out["flops"] / seconds
     out["achieved_bytes_per_s"] = out["bytes"] / seconds
     out["pct_of_gpu_time"] = 100.0 * out["total_us"] / k["dur_us"].sum()
-    out = out.drop(columns=["roof_weight", "roof_weighted"]).reset_index()
+    out["roof_note"] = [
+        _roof_note(r.over_count, r.count, r.over_weighted / r.over_weight if r.over_weight > 0 else np.nan, r)
+        if r.over_count
+        else None
+        for r in out.itertuples()
+    ]
+    out = out.drop(
+        columns=["roof_weight", "roof_weighted", "over_weight", "over_weighted", "over_count", "flops_estimated"]
+    )
+    out = out.reset_index()
     out["name"] = pd.Series(unique_names[out["name"].to_numpy()], index=out.index, dtype=object)
     columns = [
         "name",
@@ -374,5 +348,31 @@ def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> p
         "estimated",
         "blocks",
         "dtype",
+        "bytes_basis",
+        "roof_note",
     ]
     return out[columns].sort_values("total_us", ascending=False).reset_index(drop=True)
+
+
+def _roof_note(over: int, count: int, implied_pct: float, row) -> str:
+    """Why a kernel's % of roof is not shown (all its launches above the roof) or leaves some launches out."""
+    what = "FLOP" if row.roof_side == "compute" else "bytes"
+    if over < count:
+        return f"{what} estimate inconsistent for {over} of {count} launches (above the roof): left out of % of roof"
+    if what == "FLOP":
+        per_call = f"{row.flops / count / 1e9:,.3g} GFLOP per call"
+    else:
+        per_call = f"{row.bytes / count / 1e6:,.3g} MB per call"
+    basis = f"; {row.bytes_basis}" if isinstance(row.bytes_basis, str) and what == "bytes" else ""
+    if what == "FLOP" and not row.flops_estimated:
+        # The profiler counted these FLOPs: the roof is what is off (a calibration that measured less than this
+        # kernel reaches), not the count.
+        return (
+            f"above the compute roof in use: {per_call} in {row.mean_us:,.3g} µs is {implied_pct:,.0f}% of it; the"
+            " peak is lower than this kernel achieves (calibrate again, or pass --peaks)"
+        )
+    return (
+        f"{what} estimate inconsistent: {per_call} in {row.mean_us:,.3g} µs would be {implied_pct:,.0f}% of the "
+        f"{'compute' if what == 'FLOP' else 'HBM'} roof (data reused from cache, aliased inputs, or a wrong count"
+        f"{basis})"
+    )

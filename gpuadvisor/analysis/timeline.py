@@ -55,22 +55,28 @@ STEP_COLUMNS = [
 ]
 
 
-def _calls_matching(trace: Trace, pattern: str) -> pd.DataFrame:
+def _calls_matching(trace: Trace, pattern: str, harness: bool = False) -> pd.DataFrame:
+    """The runtime calls matching ``pattern``: the step's (``harness`` False) or the profiling harness's
+    (:mod:`gpuadvisor.analysis.harness` says which are)."""
+    from gpuadvisor.analysis.harness import harness_calls
+
     rt = trace.runtime
     if not len(rt):
         return rt.assign(step_index=pd.Series(dtype=np.int64))
     calls = rt[match_names(rt["name"], pattern)].copy()
     calls["step_index"] = assign_steps(calls["ts_us"].to_numpy(), step_windows(trace))
-    return calls
+    mask = harness_calls(trace, calls)
+    return calls[mask if harness else ~mask]
 
 
-def sync_calls(trace: Trace) -> pd.DataFrame:
-    """Host calls that block on the GPU. Columns as ``trace.runtime`` plus step_index."""
-    return _calls_matching(trace, SYNC_CALL_PATTERN)
+def sync_calls(trace: Trace, harness: bool = False) -> pd.DataFrame:
+    """Host calls that block on the GPU, issued in the step (``harness`` True: those the profiling harness
+    issued, which the step figures leave out). Columns as ``trace.runtime`` plus step_index."""
+    return _calls_matching(trace, SYNC_CALL_PATTERN, harness)
 
 
 def launch_calls(trace: Trace) -> pd.DataFrame:
-    """Host calls that launch GPU work. Columns as ``trace.runtime`` plus step_index."""
+    """Host calls that launch GPU work, issued in the step. Columns as ``trace.runtime`` plus step_index."""
     return _calls_matching(trace, LAUNCH_CALL_PATTERN)
 
 
@@ -200,6 +206,15 @@ def step_breakdown(
             }
         )
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def median_step_time_us(steps: pd.DataFrame) -> float | None:
+    """The step time of a trace: the median of :func:`step_breakdown`'s step_time_us (each step's window, from
+    its start to the later of the ProfilerStep annotation's end and the end of the GPU work launched in it);
+    None without steps. ``analyze`` reports it and ``diff`` compares it, so both say the same."""
+    if not len(steps) or not steps["step_time_us"].notna().any():
+        return None
+    return float(np.nanmedian(steps["step_time_us"].to_numpy(float)))
 
 
 def _rows_by_step(step_index: np.ndarray, n_steps: int) -> list[np.ndarray]:

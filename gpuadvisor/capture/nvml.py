@@ -5,7 +5,9 @@ A step time means little without the clocks it ran at: two runs at different SM 
 comparable (DESIGN.md, "Measuring"). :class:`NvmlSampler` reads the device every ``interval_s`` (20 ms by
 default) and reads the total-energy counter once more at start and stop. Energy per step is the average
 power over the timed phase (from the energy counter's slope when it advanced often enough, see
-:func:`average_power`) times the mean step time.
+:func:`average_power`) times the mean step time. A phase shorter than the counter's update interval, or one
+over which the counter did not advance, has no energy figure: "not measured" (None, with the reason from
+:func:`energy_not_measured`), never 0.
 
 pynvml (the ``nvidia-ml-py`` package) is imported inside :func:`open_sampler`, never at import time.
 A reading that the device does not support is recorded as None; the sampler never raises from its thread.
@@ -217,19 +219,51 @@ def _values(samples: list[NvmlSample], name: str) -> list[float]:
 
 
 # NVML's total-energy counter (and its power reading) advance in steps of about 100 ms: on the H200 (driver
-# 580) a 0.25 s timed phase sampled every 20 ms saw 3 distinct counter values. Over a shorter span than this
-# the counter's slope is mostly that quantisation, and the median power reading is the better estimate.
+# 580) a 0.25 s timed phase sampled every 20 ms saw 3 distinct counter values. A span shorter than one update
+# holds no energy measurement at all: `apply`'s after side, 3 blocks of 0.04 s in all, read a counter rise of
+# 0 and reported 0.0 J per step (issue 14).
+COUNTER_UPDATE_INTERVAL_S = 0.1
+# Over a span shorter than this the counter's slope is mostly that quantisation, and the median power reading
+# is the better estimate.
 MIN_COUNTER_SPAN_S = 0.5
+
+NOT_MEASURED = "not measured"
+
+
+def energy_not_measured(duration_s: float | None, counter_rise_mj: float | None) -> str | None:
+    """Why the energy over a timed span of ``duration_s`` cannot be measured, or None when it can.
+
+    Not measured: a span shorter than :data:`COUNTER_UPDATE_INTERVAL_S` (the counter's reading is then mostly
+    whether an update happened to fall inside it), or a counter that did not advance over the span.
+    ``counter_rise_mj`` None means the counter was not read (the median power reading may still serve).
+    """
+    if duration_s is not None and duration_s < COUNTER_UPDATE_INTERVAL_S:
+        return (
+            f"{NOT_MEASURED}: the timed span lasted {duration_s:.2f} s, under the ~{COUNTER_UPDATE_INTERVAL_S:.1f} s "
+            "between updates of NVML's energy counter"
+        )
+    if counter_rise_mj is not None and counter_rise_mj <= 0:
+        span = f" over {duration_s:.2f} s" if duration_s is not None else ""
+        return f"{NOT_MEASURED}: NVML's energy counter did not advance{span}"
+    return None
 
 
 def average_power(sampler: NvmlSampler | None) -> tuple[float | None, str | None]:
-    """Average power (W) over the sampled phase and where it came from, or (None, None).
+    """Average power (W) over the sampled phase and where it came from, or (None, None) without a sampler.
 
     From the energy counter: its rise between the first and the last time it changed, over the time between
     those changes, when that span is at least :data:`MIN_COUNTER_SPAN_S`; else the median power reading.
+    (None, why) when the energy is not measured (:func:`energy_not_measured`: a phase shorter than the
+    counter's update interval, or a counter that did not advance).
     """
     if sampler is None:
         return None, None
+    rise = None
+    if sampler.energy_start_mj is not None and sampler.energy_end_mj is not None:
+        rise = sampler.energy_end_mj - sampler.energy_start_mj
+    reason = energy_not_measured(sampler.duration_s, rise)
+    if reason is not None:
+        return None, reason
     points = [(0.0, sampler.energy_start_mj)] + [(s.time_s, s.energy_mj) for s in sampler.samples]
     if sampler.duration_s is not None:
         points.append((sampler.duration_s, sampler.energy_end_mj))
@@ -242,7 +276,7 @@ def average_power(sampler: NvmlSampler | None) -> tuple[float | None, str | None
     power = _values(sampler.samples, "power_w")
     if power:
         return statistics.median(power), f"median of {len(power)} NVML power readings"
-    return None, None
+    return None, f"{NOT_MEASURED}: NVML gave neither an energy counter nor power readings"
 
 
 def summarize(sampler: NvmlSampler | None, step_times_us: list[float]) -> dict[str, Any]:
@@ -251,7 +285,7 @@ def summarize(sampler: NvmlSampler | None, step_times_us: list[float]) -> dict[s
     Returns {energy_j_per_step, energy_source, power_w_average, power_w_median, temperature_c_max,
     throttle_reasons [names seen, in order], memory_used_bytes_max, clocks {sm_mhz_median, mem_mhz_median,
     sm_mhz_min, sm_mhz_max}, samples}. Energy per step = average power (:func:`average_power`) x the mean
-    step time. None where unknown.
+    step time. None where unknown; energy_j_per_step is None when not measured, and energy_source says why.
     """
     samples = sampler.samples if sampler is not None else []
     power_average, source = average_power(sampler)

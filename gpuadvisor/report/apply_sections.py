@@ -211,6 +211,12 @@ def comparison_table(report: Any) -> Table:
         ("Tokens/s", "tokens_per_s", format_count),
     ):
         b, a = before.get(key), after.get(key)
+        if key == "energy_j_per_step":
+            # "not measured" (never 0) where NVML sampled but a side's blocks were too short for its counter.
+            cells = sections.energy_cell(before), sections.energy_cell(after)
+            if cells != (MISSING, MISSING):
+                rows.append((label, *cells, _change(b, a)))
+            continue
         if as_number(b) is None and as_number(a) is None:
             continue
         rows.append((label, fmt(b), fmt(a), _change(b, a) if key != "gpu_busy_pct" else ""))

@@ -11,7 +11,7 @@ from typing import Any
 from gpuadvisor import __version__
 from gpuadvisor.analysis.bundle import Analysis
 from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
-from gpuadvisor.rules.engine import Finding
+from gpuadvisor.rules.engine import Finding, combined_estimate
 
 clean = to_plain
 
@@ -74,8 +74,11 @@ def build_report(
         "median_queue_depth": per_step("median_queue_depth"),
         "kernels_shorter_than_launch_pct": _round(shorter_pct),
         "memcpy_us_per_step": _round(memcpy_per_step),
+        "kernel_us_per_step": _round(sum(_class_totals(a).values())) if n and len(kernels_rows) else None,
         "top_finding": findings[0].rule_id if findings else None,
     }
+    finding_rows = [clean(asdict(f)) for f in findings]
+    summary.update(combined_estimate(finding_rows, summary))
     peaks = a.peaks
     report = {
         "schema_version": SCHEMA_VERSION,
@@ -143,6 +146,8 @@ def build_report(
                 "estimated": bool(r.estimated),
                 "blocks": None if clean(r.blocks) is None or r.blocks < 0 else int(r.blocks),
                 "dtype": clean(r.dtype),
+                "bytes_basis": clean(r.bytes_basis),
+                "roof_note": clean(r.roof_note),
             }
             for r in a.kernel_names.head(top_kernels).itertuples()
         ]
@@ -177,7 +182,7 @@ def build_report(
             }
             for r in a.host_syncs.itertuples()
         ],
-        "findings": [clean(asdict(f)) for f in findings],
+        "findings": finding_rows,
         "skipped_rules": skipped,
         "notes": list(a.notes),
     }

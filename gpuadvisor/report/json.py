@@ -12,18 +12,24 @@ A report is a plain dict. Version 1 (the one :data:`SCHEMA_VERSION` names) holds
 ``summary``          {steps, step_time_us (median), samples_us [float], step_time_source, gpu_busy_us,
                      gpu_busy_pct, kernels_per_step, idle_launch_us, idle_sync_us, idle_other_us,
                      host_syncs_per_step, launch_calls_per_step, launch_call_us_per_step,
-                     kernels_shorter_than_launch_pct, memcpy_us_per_step, top_finding}
+                     kernels_shorter_than_launch_pct, memcpy_us_per_step, kernel_us_per_step, top_finding,
+                     combined_saving_us, combined_saving_pct (the findings with a fix together, overlaps counted
+                     once), combined_upper_bound_us, combined_upper_bound_pct (the upper bounds together, "up
+                     to"), combined_saving_basis (str); rules/engine.py, combined_estimate}
 ``steps``            [{step, start_us, step_time_us, gpu_busy_us, gpu_busy_pct, idle_launch_us,
                      idle_sync_us, idle_other_us, kernels, host_syncs}]
 ``kernels``          [{name, family, count, count_per_step, total_us, us_per_step, mean_us, pct_of_gpu_time,
                      flops, bytes, intensity (FLOP/byte), achieved_flops_per_s, achieved_bytes_per_s,
-                     bound "compute"|"memory"|"latency"|"launch"|"unknown", pct_of_roof, estimated, blocks,
-                     dtype}], by total_us, largest first
+                     bound "compute"|"memory"|"latency"|"launch"|"unknown", pct_of_roof (null above 100:
+                     roof_note says why), estimated (the % of roof or class rests on an estimate), blocks,
+                     dtype, bytes_basis (how bytes were counted), roof_note}], by total_us, largest first
 ``transfers``        [{direction, src_kind, dst_kind, count, bytes, total_us, bytes_per_s, pageable, sync}]
 ``host_syncs``       [{name, count, total_us, per_step, source}]
 ``findings``         [{rule_id, name, title, severity "high"|"medium"|"low"|"info", category, message,
                      evidence {name: number|str}, estimated_saving_us_per_step, estimated_saving_pct,
-                     fix_id, fix}], by saving, largest first
+                     fix_id, fix, saving_basis "graph replay model"|"roof"|"measured alternative"|"upper bound",
+                     saving_from "launch_idle"|"sync_idle"|"copies"|"kernels"|"step"}], ranked by
+                     rules/engine.py, rank_key (saving, upper bounds at half weight, largest first)
 ``skipped_rules``    [{rule_id, reason}]
 ``notes``            [str]
 ``kernel_classes``   optional: {bound: GPU µs per step in kernels of that class}

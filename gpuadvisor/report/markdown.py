@@ -81,9 +81,11 @@ def _finding_details(report: Any) -> list[str]:
         facts = [f"**Severity:** {escape_markdown(sections.text(finding.get('severity')))}"]
         if finding.get("category"):
             facts.append(f"**Category:** {escape_markdown(finding.get('category'))}")
-        saving = format_us(finding.get("estimated_saving_us_per_step"))
+        saving = sections.saving_text(finding, format_us(finding.get("estimated_saving_us_per_step")))
         share = format_pct(finding.get("estimated_saving_pct"))
         facts.append(f"**Estimated saving:** {escape_markdown(saving)} per step ({escape_markdown(share)} of the step)")
+        if finding.get("saving_basis"):
+            facts.append(f"**Basis:** {escape_markdown(finding['saving_basis'])}")
         lines += [f"### {escape_markdown(heading)}", "", " · ".join(facts), ""]
         lines += [escape_markdown(sections.text(finding.get("message"), "(no details)")), ""]
         fix = sections.text(finding.get("fix"), "")

@@ -225,6 +225,12 @@ def summary_rows(report: Any) -> list[tuple[str, str, str]]:
     rows.append(("Host syncs per step", format_count(summary.get("host_syncs_per_step")), ""))
     if as_number(summary.get("memcpy_us_per_step")) is not None:
         rows.append(("Copies per step", format_us(summary.get("memcpy_us_per_step")), "memcpy/memset time on the GPU"))
+    if as_number(summary.get("combined_saving_us")) is not None:
+        detail = f"{format_pct(summary.get('combined_saving_pct'))} of step: findings with a fix, overlaps counted once"
+        rows.append(("Combined saving", format_us(summary.get("combined_saving_us")), detail))
+    if as_number(summary.get("combined_upper_bound_us")):
+        detail = f"{format_pct(summary.get('combined_upper_bound_pct'))} of step, the upper-bound findings together"
+        rows.append(("Combined upper bound", f"up to {format_us(summary.get('combined_upper_bound_us'))}", detail))
     top_finding = _top_finding(report, summary.get("top_finding"))
     if top_finding:
         rows.append(("Top finding", "", top_finding))  # a sentence: the wide column
@@ -244,6 +250,18 @@ def format_energy(joules: Any) -> str:
     return f"{value * 1000:.1f} mJ" if abs(value) >= 0.01 else f"{value * 1000:.2f} mJ"
 
 
+ENERGY_NOT_MEASURED = "not measured"
+
+
+def energy_cell(section: dict[str, Any]) -> str:
+    """A summary's (or apply side's) energy per step: the figure; "not measured" where NVML sampled but the
+    energy was not measured (energy_source says why: a span under the counter's update interval, a counter
+    that did not advance); ``MISSING`` where nothing was sampled."""
+    if as_number(section.get("energy_j_per_step")) is not None:
+        return format_energy(section.get("energy_j_per_step"))
+    return ENERGY_NOT_MEASURED if text(section.get("energy_source"), "") else MISSING
+
+
 def _profile_rows(summary: dict[str, Any], step_us: float | None) -> list[tuple[str, str, str]]:
     """Rows only a `profile` run has: the step under the profiler, tokens/s, energy and power, peak memory."""
     rows = []
@@ -255,11 +273,14 @@ def _profile_rows(summary: dict[str, Any], step_us: float | None) -> list[tuple[
         rows.append(("Step under profiler", format_us(trace_step), detail))
     if as_number(summary.get("tokens_per_s")) is not None:
         rows.append(("Tokens/s", format_count(summary.get("tokens_per_s")), "at the median step time"))
-    if as_number(summary.get("energy_j_per_step")) is not None or as_number(summary.get("power_w_median")) is not None:
+    energy = as_number(summary.get("energy_j_per_step"))
+    source = text(summary.get("energy_source"), "")
+    if energy is not None or source or as_number(summary.get("power_w_median")) is not None:
         details = []
         power = as_number(summary.get("power_w_average"))
+        if energy is None and source:
+            details.append(source.removeprefix(ENERGY_NOT_MEASURED + ": "))  # why it was not measured
         if power is not None:
-            source = text(summary.get("energy_source"), "")
             details.append(f"power {power:,.0f} W" + (f" ({source})" if source else " average"))
         elif as_number(summary.get("power_w_median")) is not None:
             details.append(f"power {as_number(summary.get('power_w_median')):,.0f} W median")
@@ -270,7 +291,7 @@ def _profile_rows(summary: dict[str, Any], step_us: float | None) -> list[tuple[
             details.append("clock reasons: " + ", ".join(text(r) for r in reasons))
         elif isinstance(reasons, (list, tuple)):
             details.append("no clock throttling seen")
-        rows.append(("Energy per step", format_energy(summary.get("energy_j_per_step")), "; ".join(details)))
+        rows.append(("Energy per step", energy_cell(summary), "; ".join(details)))
     if as_number(summary.get("memory_allocated_peak_bytes")) is not None:
         reserved = summary.get("memory_reserved_peak_bytes")
         detail = "allocated"
@@ -367,6 +388,17 @@ def distinct_short_names(names: list[Any], max_chars: int) -> list[str]:
     return result
 
 
+def roof_cell(kernel: dict[str, Any], shown: str, extended: bool) -> str:
+    """The "% of roof" cell: the figure, or, where the estimate put the kernel above its roof (no measurement
+    can), ``>100% (bytes estimate inconsistent)`` (with the whole reason when ``extended``)."""
+    note = kernel.get("roof_note")
+    if not isinstance(note, str) or not note:
+        return shown
+    if as_number(kernel.get("pct_of_roof")) is None:
+        return f">100% ({note if extended else note.split(':')[0]})"
+    return f"{shown} ({note})" if extended else shown
+
+
 def kernel_table(report: Any, top: int, name_chars: int, extended: bool = False) -> Table:
     """The ``top`` kernels by total time. Per-step columns when the report has steps, totals otherwise.
 
@@ -403,7 +435,7 @@ def kernel_table(report: Any, top: int, name_chars: int, extended: bool = False)
         row += [
             format_pct(kernel.get("pct_of_gpu_time")),
             text(kernel.get("bound"), "unknown"),
-            mark + roof if roof != MISSING else roof,
+            roof_cell(kernel, mark + roof if roof != MISSING else roof, extended),
         ]
         if extended:
             intensity = format_intensity(kernel.get("intensity"))
@@ -427,6 +459,8 @@ def kernel_table(report: Any, top: int, name_chars: int, extended: bool = False)
         caption = f"{len(shown)} of {len(kernels)} kernels listed, {format_pct(share)} of GPU time"
         if any(k.get("estimated") and as_number(k.get("pct_of_roof")) is not None for k in shown):
             caption += "; ~ = from estimated FLOPs/bytes"
+        if any(isinstance(k.get("roof_note"), str) and as_number(k.get("pct_of_roof")) is None for k in shown):
+            caption += "; >100% = the estimate exceeds the roof, so it is no measurement and classes nothing"
         if not any(as_number(k.get("pct_of_roof")) is not None for k in kernels):
             if section(report, "peaks").get("known"):
                 caption += "; no % of roof: the trace has no FLOP or byte counts for these kernels"
@@ -440,14 +474,16 @@ def kernel_table(report: Any, top: int, name_chars: int, extended: bool = False)
 
 
 def sorted_findings(report: Any) -> list[dict[str, Any]]:
-    """Findings by estimated saving, largest first; ties by severity."""
+    """Findings in the engine's order (:func:`gpuadvisor.rules.engine.rank_key`: by estimated saving, upper
+    bounds at half weight, largest first; ties by severity)."""
+    from gpuadvisor.rules.engine import rank_key
 
-    def key(finding: dict[str, Any]) -> tuple[float, int]:
-        saving = as_number(finding.get("estimated_saving_us_per_step"))
-        severity = SEVERITY_ORDER.get(str(finding.get("severity")), len(SEVERITY_ORDER))
-        return (-(saving if saving is not None else -math.inf), severity)
+    return sorted(records(report, "findings"), key=rank_key)
 
-    return sorted(records(report, "findings"), key=key)
+
+def saving_text(finding: dict[str, Any], value: str) -> str:
+    """A finding's saving as the tables print it: "up to …" for an upper bound (no fix behind it)."""
+    return f"up to {value}" if finding.get("saving_basis") == "upper bound" and value not in ("", "—", "n/a") else value
 
 
 def finding_table(report: Any) -> Table:
@@ -468,8 +504,8 @@ def finding_table(report: Any) -> Table:
                 text(finding.get("rule_id")),
                 text(finding.get("severity")),
                 text(finding.get("title") or finding.get("name")),
-                format_us(finding.get("estimated_saving_us_per_step")),
-                format_pct(finding.get("estimated_saving_pct")),
+                saving_text(finding, format_us(finding.get("estimated_saving_us_per_step"))),
+                saving_text(finding, format_pct(finding.get("estimated_saving_pct"))),
                 text(finding.get("fix_id")),
             ]
         )

@@ -8,11 +8,12 @@ import pandas as pd
 
 from gpuadvisor.analysis.bundle import Analysis
 from gpuadvisor.analysis.linking import factorize_names, match_names
+from gpuadvisor.analysis.roofline import NEAR_ROOF_PCT
 from gpuadvisor.analysis.sources import DIRECTION_KINDS
 from gpuadvisor.analysis.timeline import call_sources
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
-from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding
+from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding, retimer
 
 _CHAIN_FAMILIES = {"elementwise", "normalization", "reduction", "copy"}
 _SYNC_OP_HINTS = {
@@ -36,6 +37,12 @@ def _r(x: float | None, digits: int = 1) -> float | None:
     return None if x is None or x != x else round(float(x), digits)
 
 
+def step_with_graph_us(gpu_busy_us: float, kernels_per_step: float, rule: Rule) -> float:
+    """The step replayed as one CUDA graph: the GPU's own work plus the per-kernel cost left inside a graph
+    (graph_overhead_us_per_kernel, measured on the H200 decode step; the rule's TOML says how)."""
+    return gpu_busy_us + kernels_per_step * rule.threshold("graph_overhead_us_per_kernel")
+
+
 @detector("launch_bound")
 def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     step = a.step_time_us
@@ -49,9 +56,8 @@ def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     kernels = a.median("kernels") or 0.0
     launches = a.median("launch_calls") or 0.0
     shorter = a.steps["kernels_shorter_than_launch"].sum() / max(a.steps["kernels"].sum(), 1) * 100.0
-    overhead = rule.threshold("graph_overhead_us_per_kernel")
     # With the step in one graph, what is left is the GPU's own work plus a small per-kernel cost.
-    saving = min(idle_launch, step - busy - kernels * overhead)
+    saving = min(idle_launch, step - step_with_graph_us(busy, kernels, rule))
     predicted = step - saving
     syncs = a.median("host_syncs") or 0.0
     caveat = (
@@ -80,6 +86,21 @@ def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
+@retimer("launch_bound")
+def launch_bound_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: float | None) -> tuple[float, str]:
+    """Against a step timed without the profiler (which stretches launch gaps, not kernels): timed step -
+    the graph-replayed step of the evidence's GPU busy time and kernel count."""
+    evidence = finding.setdefault("evidence", {})
+    with_graph = step_with_graph_us(evidence.get("gpu_busy_us") or 0.0, evidence.get("kernels_per_step") or 0.0, rule)
+    saving = timed_us - with_graph
+    evidence["timed_step_us"] = _r(timed_us)
+    evidence["predicted_step_us_with_graph"] = _r(min(with_graph, timed_us))
+    return saving, (
+        f"(Step figures from the profiled steps.) Timed without the profiler the step takes {timed_us:,.0f} µs, so "
+        f"one graph would save about {max(0.0, saving):,.0f} µs of it."
+    )
+
+
 @detector("underfilled_kernels")
 def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
     sm_count = a.peaks.sm_count
@@ -92,6 +113,8 @@ def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
         return None
     max_blocks = rule.threshold("max_waves") * sm_count
     under = k[(k["blocks"] < max_blocks) & (k["bound"].isin(["latency", "launch"]) | (k["blocks"] < sm_count))]
+    # A kernel at >= NEAR_ROOF_PCT of its roof is bound by it (memory/compute class), whatever its grid.
+    under = under[~(under["pct_of_roof"] >= NEAR_ROOF_PCT)]
     share = 100.0 * under["dur_us"].sum() / k["dur_us"].sum()
     if share < rule.threshold("min_share_of_gpu_time_pct"):
         return None
@@ -244,6 +267,16 @@ def host_syncs(a: Analysis, rule: Rule) -> Finding | None:
     }
     severity = None if idle_pct >= rule.threshold("min_idle_pct") else "low"
     return make_finding(rule, a, message, evidence, idle, severity=severity)
+
+
+@retimer("host_syncs")
+def host_syncs_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: float | None) -> tuple[float, None]:
+    """The idle time after syncs is host-side time, which the profiler's overhead stretches: scaled by
+    timed / profiled step."""
+    saving = finding.get("estimated_saving_us_per_step") or 0.0
+    if profiled_us and profiled_us > timed_us:
+        saving = saving * timed_us / profiled_us
+    return saving, None
 
 
 @detector("pageable_copies")

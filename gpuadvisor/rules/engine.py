@@ -3,6 +3,23 @@
 Built-in rules live in ``gpuadvisor/rules/catalog/<ID>-<name>.toml``; ``--rules DIR`` adds rules or
 overrides built-in ones by id. A rule names the tables it ``needs``; when the trace lacks one, the rule is
 skipped and the report says why.
+
+Every finding's saving carries its basis (``saving_basis``, one of :data:`SAVING_BASES`):
+
+- ``graph replay model``: launch gaps a CUDA graph removes (step - GPU busy - a per-kernel cost left in a graph);
+- ``roof``: the time now minus the time at a memory, compute or link roof (peaks table or calibrated);
+- ``measured alternative``: a figure measured for the alternative on this GPU (the trace's own aligned GEMMs,
+  an end-to-end H200 measurement of fused attention, kernels the alternative does not launch at all);
+- ``upper bound``: no fix stands behind the figure; it is what could be gained at best, and the report says
+  "up to".
+
+Ranking (:func:`rank_key`, the one order every report uses): findings sort by their *ranking saving*, the
+estimated saving in µs per step, multiplied by :data:`UPPER_BOUND_RANK_FACTOR` (0.5) for upper bounds; ties by
+severity, then rule id. So an upper bound ranks below any saving with a fix behind it that is at least half its
+size, and above only those smaller than half of it. The factor is a ranking convention, not a measurement.
+
+``saving_from`` names the share of the step a saving comes out of (:data:`SAVING_SOURCES`), so that
+:func:`combined_estimate` does not count the same idle time or kernel time twice.
 """
 
 from __future__ import annotations
@@ -30,7 +47,21 @@ _ID_RE = re.compile(r"^GA[1-7]\d\d$")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _REQUIRED = ("id", "name", "title", "category", "severity", "detector")
 _DOC_FIELDS = ("what", "why", "example", "fix")
-_KNOWN_KEYS = set(_REQUIRED) | {"fix_id", "needs", "references", "thresholds", "doc"}
+_KNOWN_KEYS = set(_REQUIRED) | {"fix_id", "needs", "references", "thresholds", "doc", "saving_basis", "saving_from"}
+GRAPH_REPLAY = "graph replay model"
+ROOF = "roof"
+MEASURED_ALTERNATIVE = "measured alternative"
+UPPER_BOUND = "upper bound"
+SAVING_BASES = (GRAPH_REPLAY, ROOF, MEASURED_ALTERNATIVE, UPPER_BOUND)
+UPPER_BOUND_RANK_FACTOR = 0.5
+# The share of the step a saving comes out of (summary field that measures it; None: the whole step).
+SAVING_SOURCES = {
+    "launch_idle": "idle_launch_us",  # GPU idle waiting for launches (host time: GA101, GA204)
+    "sync_idle": "idle_sync_us",  # GPU idle after host syncs (GA401)
+    "copies": "memcpy_us_per_step",  # memcpy/memset time (GA402)
+    "kernels": "kernel_us_per_step",  # GPU kernel time (GA102, GA2xx, GA3xx, GA5xx)
+    "step": None,  # anything else (GA7xx: communication spans kernels and idle time)
+}
 
 
 @dataclass
@@ -47,6 +78,8 @@ class Rule:
     needs: list[str] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
     path: str = ""
+    saving_basis: str = UPPER_BOUND
+    saving_from: str = "step"
 
     def threshold(self, key: str) -> float:
         if key not in self.thresholds:
@@ -67,6 +100,8 @@ class Finding:
     estimated_saving_pct: float | None
     fix_id: str | None
     fix: str
+    saving_basis: str = UPPER_BOUND
+    saving_from: str = "step"
 
 
 class SkipRule(Exception):
@@ -170,6 +205,12 @@ def parse_rule(path: Path) -> Rule:
     references = data.get("references", [])
     if not isinstance(references, list) or any(not isinstance(r, str) for r in references):
         raise _fail(path, "'references' must be a list of strings")
+    basis = data.get("saving_basis", UPPER_BOUND)
+    if basis not in SAVING_BASES:
+        raise _fail(path, f"saving_basis '{basis}' is not one of {', '.join(SAVING_BASES)}")
+    saving_from = data.get("saving_from", "step")
+    if saving_from not in SAVING_SOURCES:
+        raise _fail(path, f"saving_from '{saving_from}' is not one of {', '.join(SAVING_SOURCES)}")
     return Rule(
         id=data["id"],
         name=data["name"],
@@ -183,6 +224,8 @@ def parse_rule(path: Path) -> Rule:
         needs=list(needs),
         references=list(references),
         path=str(path),
+        saving_basis=basis,
+        saving_from=saving_from,
     )
 
 
@@ -268,8 +311,102 @@ def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dic
         if result is None:
             continue
         findings.extend(result if isinstance(result, list) else [result])
-    findings.sort(key=lambda f: (-f.estimated_saving_us_per_step, SEVERITY_RANK.get(f.severity, 9), f.rule_id))
+    findings.sort(key=rank_key)
     return findings, skipped
+
+
+def rank_key(finding: Finding | dict[str, Any]) -> tuple[float, int, str]:
+    """The sort key of the findings' order (the module docstring states the rule): ranking saving (upper
+    bounds x UPPER_BOUND_RANK_FACTOR) largest first, then severity, then rule id. Takes a Finding or a
+    report's finding dict (one without ``saving_basis``, from an older report, ranks as a saving with a fix)."""
+    get = finding.get if isinstance(finding, dict) else lambda key, default=None: getattr(finding, key, default)
+    saving = get("estimated_saving_us_per_step")
+    saving = float(saving) if isinstance(saving, (int, float)) and saving == saving else 0.0
+    if get("saving_basis") == UPPER_BOUND:
+        saving *= UPPER_BOUND_RANK_FACTOR
+    return (-saving, SEVERITY_RANK.get(str(get("severity")), 9), str(get("rule_id") or ""))
+
+
+def combined_estimate(findings: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    """What the findings save together, without counting the same idle time or kernel time twice.
+
+    Each finding's saving comes out of one share of the step (``saving_from``: launch idle, sync idle, copy
+    time, kernel time, or the step as a whole). Within one share of size S the savings combine as independent
+    fractions of it, S x (1 - prod(1 - s_i / S)); the shares are disjoint parts of the step, so their combined
+    savings add; savings out of the whole step combine with that sum the same way against the step. Savings
+    with a fix behind them and upper bounds are combined separately (the second figure is "up to").
+
+    Returns {combined_saving_us, combined_saving_pct, combined_upper_bound_us, combined_upper_bound_pct,
+    combined_saving_basis} (None without a step time)."""
+    step = summary.get("step_time_us")
+    basis = (
+        "savings grouped by the share of the step they come out of (launch idle, sync idle, copies, kernels); "
+        "independent fractions within a share, S x (1 - prod(1 - s_i/S)), added across shares; upper bounds "
+        "combined separately"
+    )
+    out: dict[str, Any] = {
+        "combined_saving_us": None,
+        "combined_saving_pct": None,
+        "combined_upper_bound_us": None,
+        "combined_upper_bound_pct": None,
+        "combined_saving_basis": basis,
+    }
+    if not isinstance(step, (int, float)) or step <= 0:
+        return out
+    for upper, prefix in ((False, "combined_saving"), (True, "combined_upper_bound")):
+        remaining: dict[str, float] = {}
+        for finding in findings:
+            saving = finding.get("estimated_saving_us_per_step")
+            if (finding.get("saving_basis") == UPPER_BOUND) != upper:
+                continue
+            if not isinstance(saving, (int, float)) or saving <= 0:
+                continue
+            source = finding.get("saving_from") or "step"
+            size = summary.get(SAVING_SOURCES.get(source) or "")
+            if not isinstance(size, (int, float)) or size <= 0:
+                source, size = "step", step
+            size = min(float(size), float(step))
+            remaining[source] = remaining.get(source, 1.0) * (1.0 - min(float(saving) / size, 1.0))
+        shares = 0.0
+        for source, left in remaining.items():
+            if source != "step":
+                size = min(float(summary[SAVING_SOURCES[source]]), float(step))
+                shares += size * (1.0 - left)
+        shares = min(shares, float(step))
+        total = step - (step - shares) * remaining.get("step", 1.0)
+        out[f"{prefix}_us"] = round(total, 1)
+        out[f"{prefix}_pct"] = round(100.0 * total / step, 1)
+    return out
+
+
+Retimer = Callable[[dict, Rule, float, "float | None"], "tuple[float, str | None]"]
+RETIMERS: dict[str, Retimer] = {}
+
+
+def retimer(name: str) -> Callable[[Retimer], Retimer]:
+    """Register how the detector ``name``'s saving re-derives against a step timed without the profiler
+    (``profile``): fn(finding dict, rule, timed_us, profiled_us) -> (saving_us, text to append or None).
+    Detectors without one keep their saving (kernel and copy time: the profiler does not change them)."""
+
+    def register(fn: Retimer) -> Retimer:
+        RETIMERS[name] = fn
+        return fn
+
+    return register
+
+
+def retime_saving(finding: dict[str, Any], rule: Rule | None, timed_us: float, profiled_us: float | None) -> float:
+    """A finding's saving against the timed step, as its detector re-derives it (see :func:`retimer`), clipped
+    to 0 ... timed step; appends the detector's text to the finding's message."""
+    from gpuadvisor.rules import detectors, detectors_distributed, detectors_model  # noqa: F401  (register them)
+
+    saving = finding.get("estimated_saving_us_per_step") or 0.0
+    fn = RETIMERS.get(rule.detector) if rule is not None else None
+    if fn is not None:
+        saving, extra = fn(finding, rule, timed_us, profiled_us)
+        if extra:
+            finding["message"] = f"{finding['message']} {extra}"
+    return min(max(0.0, float(saving)), float(timed_us))
 
 
 def make_finding(
@@ -281,22 +418,33 @@ def make_finding(
     severity: str | None = None,
     *,
     fix: str | None = None,
+    basis: str | None = None,
 ) -> Finding:
     """A finding for ``rule`` with its saving expressed per step and as % of the median step (``analysis``
-    None: no step to compare with, as for ``scan`` and ``ncu``). ``fix`` replaces the rule's own first line."""
+    None: no step to compare with, as for ``scan`` and ``ncu``). ``fix`` replaces the rule's own first line;
+    ``basis`` the rule's saving_basis (a detector whose figure rests on a measurement or on a roof depending on
+    what the trace holds). An upper bound's message says "up to" (the detector words it so, or it is added)."""
     step = analysis.step_time_us if analysis is not None else None
     saving = max(0.0, float(saving_us))
     pct = 100.0 * saving / step if step else None
+    basis = basis or rule.saving_basis
+    if basis not in SAVING_BASES:
+        raise ValueError(f"saving basis '{basis}' is not one of {SAVING_BASES}")
+    message = " ".join(message.split())
+    if basis == UPPER_BOUND and saving > 0 and "up to" not in message:
+        message += f" Saving: up to {saving:,.0f} µs per step (an upper bound: no fix stands behind it)."
     return Finding(
         rule_id=rule.id,
         name=rule.name,
         title=rule.title,
         severity=severity or rule.severity,
         category=rule.category,
-        message=" ".join(message.split()),
+        message=message,
         evidence=evidence,
         estimated_saving_us_per_step=round(saving, 1),
         estimated_saving_pct=round(pct, 1) if pct is not None else None,
         fix_id=rule.fix_id,
         fix=fix or rule.doc["fix"].split("\n\n")[0].split("\n")[0],
+        saving_basis=basis,
+        saving_from=rule.saving_from,
     )

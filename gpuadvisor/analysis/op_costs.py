@@ -1,0 +1,336 @@
+"""FLOPs and bytes of one operator call, per operator family, from the shapes and dtypes the profiler recorded.
+
+Every figure here is an estimate unless the profiler counted the FLOPs itself (``with_flops=True``; matmuls
+and convolutions). Bytes assume each element an operator touches crosses HBM once: inputs read once, outputs
+written once, no cache reuse. Each family counts what its kernels touch, not what its arguments hold:
+
+- GEMM: A and B (and a bias) read, C written; FLOPs 2·M·N·K.
+- convolution: input and weight read, output written; the trace keeps no strides, so the output is taken as
+  N·C_out·(input spatial size), exact at stride 1 and an upper bound otherwise; backward writes grad input and
+  grad weight.
+- attention (SDPA): q, k, v (and a mask) read, the output written; FLOPs 2·B·H·Lq·Lk·(E + Ev), no causal
+  halving (the trace does not say), backward 2.5x forward (FlashAttention-2's count).
+- gather / scatter / index / embedding: the index tensor, the rows or elements selected and the output; for
+  index_copy_ / index_put_ / scatter the written slice only (source read, slice written), never the whole
+  table or cache they index into.
+- copies: source read, destination written; fill / zero: written only.
+- normalization (layer/batch/group/RMS norm, softmax): every tensor argument read, one output of the first
+  argument's size written.
+- reduction: the inputs read; the (small) output not counted.
+- elementwise: the inputs read, the broadcast output written (in-place ops write their first operand).
+
+``basis`` says in a few words which of these counts a figure comes from; NaN bytes mean the trace does not
+hold what the count needs (a TensorList's dtype, the indices of ``aten::index``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+# Bytes per element of the dtypes the profiler names in "Input type".
+ITEMSIZE = {
+    "float": 4,
+    "c10::Float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "long": 8,
+    "half": 2,
+    "bfloat16": 2,
+}
+DTYPE_ORDER = ["c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::BFloat16", "c10::Half", "float", "double"]
+
+MATMUL_OPS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::_scaled_mm",
+    "aten::addbmm",
+    "aten::dot",
+    "aten::mv",
+    "aten::addmv",
+}
+_CONV_FORWARD = {
+    "aten::convolution",
+    "aten::_convolution",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+    "aten::cudnn_convolution",
+    "aten::cudnn_convolution_relu",
+    "aten::cudnn_convolution_add_relu",
+    "aten::miopen_convolution",
+}
+_CONV_BACKWARD = {"aten::convolution_backward", "aten::cudnn_convolution_backward", "aten::miopen_convolution_backward"}
+# Query layout of each attention op: "bhle" ([B, H, L, E], the SDPA ops) or "blhe" (the flash/efficient kernels').
+_ATTENTION_FORWARD = {
+    "aten::scaled_dot_product_attention": "bhle",
+    "aten::_scaled_dot_product_flash_attention": "bhle",
+    "aten::_scaled_dot_product_efficient_attention": "bhle",
+    "aten::_scaled_dot_product_cudnn_attention": "bhle",
+    "aten::_flash_attention_forward": "blhe",
+    "aten::_efficient_attention_forward": "blhe",
+}
+_ATTENTION_BACKWARD = {
+    "aten::_scaled_dot_product_flash_attention_backward": "bhle",
+    "aten::_scaled_dot_product_efficient_attention_backward": "bhle",
+    "aten::_scaled_dot_product_cudnn_attention_backward": "bhle",
+    "aten::_flash_attention_backward": "blhe",
+    "aten::_efficient_attention_backward": "blhe",
+}
+# FlashAttention-2 (Dao 2023, section 3.1): the backward pass does 2.5x the forward's matmul FLOPs.
+_ATTENTION_BACKWARD_FLOP_RATIO = 2.5
+_NORMALIZATION = re.compile(r"aten::(native_|_native_|cudnn_|miopen_|_fused_)?(layer|batch|group|rms|instance)_norm")
+_SOFTMAX = re.compile(r"aten::_?(log_)?(safe_)?softmax")
+_SOFTMAX_BACKWARD = re.compile(r"aten::_(log_)?softmax_backward_data")
+_REDUCTION = re.compile(r"aten::(sum|mean|norm|amax|amin|max|min|var|std|argmax|argmin|prod|all|any|_local_scalar)")
+_FILL = {"aten::fill_", "aten::zero_", "aten::fill", "aten::ones_like", "aten::zeros_like", "aten::full_like"}
+_COPY = {"aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize"}
+_CLONE = {"aten::clone", "aten::contiguous", "aten::_to_copy", "aten::to", "aten::cumsum", "aten::cumprod"}
+_CONCAT = {"aten::cat", "aten::_cat", "aten::stack", "aten::concat", "aten::concatenate"}
+
+
+class OpCost(NamedTuple):
+    """One operator call's cost: flops and bytes (NaN unknown), the dtype that picks the compute roof,
+    whether the FLOPs are an estimate (False only for the profiler's own count) and how bytes were counted."""
+
+    flops: float
+    bytes: float
+    dtype: str | None
+    estimated: bool
+    basis: str
+
+
+class _Tensor(NamedTuple):
+    numel: int
+    itemsize: int
+    dtype: str
+    shape: list
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+def _numel(dims) -> int | None:
+    if not isinstance(dims, list) or any(not isinstance(d, int) for d in dims):
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _arguments(dims: list, types: list) -> list[_Tensor | None]:
+    """The call's arguments by position: a tensor (0-d ones included) or None for anything else."""
+    out: list[_Tensor | None] = []
+    for d, t in zip(dims, types):
+        n = _numel(d)
+        size = ITEMSIZE.get(t) if isinstance(t, str) else None
+        out.append(_Tensor(n, size, t, d) if n is not None and size is not None else None)
+    return out
+
+
+def _broadcast_numel(shapes: list[list]) -> int | None:
+    """Elements of the shape the shapes broadcast to, None when they do not broadcast."""
+    rank = max(len(s) for s in shapes)
+    result = []
+    for axis in range(rank):
+        sizes = {s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0} - {1}
+        if len(sizes) > 1:
+            return None
+        result.append(sizes.pop() if sizes else 1)
+    return _numel(result)
+
+
+def _arg(args: list, i: int) -> _Tensor | None:
+    return args[i] if i < len(args) else None
+
+
+def _rows(t: _Tensor) -> int:
+    """Elements per index along dim 0 (a row of an embedding table or cache)."""
+    return t.numel // t.shape[0] if t.shape and t.shape[0] else t.numel
+
+
+def _gather_like(name: str, args: list) -> tuple[float, str] | None:
+    """(bytes, basis) of gather / scatter / index / embedding calls, None when ``name`` is none of them."""
+    base = name.rstrip("_")
+    this, a1, a2, a3 = (_arg(args, i) for i in range(4))
+    if name == "aten::embedding" and this and a1:  # (weight [V, D], indices)
+        out = a1.numel * _rows(this)
+        return a1.nbytes + 2.0 * out * this.itemsize, "embedding: indices + selected rows read, rows written"
+    if name == "aten::index_select" and this and a2:  # (self, dim, index); the trace keeps no dim: dim 0
+        out = a2.numel * _rows(this)
+        return a2.nbytes + 2.0 * out * this.itemsize, "index_select: index + selected rows read, rows written (dim 0)"
+    if name in ("aten::gather", "aten::take_along_dim") and this and a2:  # (self, dim, index): out = index's shape
+        return a2.nbytes + 2.0 * a2.numel * this.itemsize, "gather: index + gathered elements read, output written"
+    if base in ("aten::index_copy", "aten::index_add") and this and a2 and a3:  # (self, dim, index, source)
+        passes = 3 if base == "aten::index_add" else 2  # add reads the slice it writes
+        total = a2.nbytes + passes * a3.nbytes
+        basis = f"{base[6:]}: index + source read, the written slice ({a3.numel} elements) only"
+        if not name.endswith("_"):
+            total += 2.0 * this.nbytes
+            basis += ", plus the copy of self"
+        return float(total), basis
+    if base in ("aten::index_put", "aten::_index_put_impl") and this:  # (self, indices, values, accumulate)
+        operands = [a for a in args[1:] if a is not None]
+        same = [a for a in operands if a.dtype == this.dtype]
+        values = (same or operands or [None])[-1]
+        if values is None:
+            return math.nan, "index_put: the trace records no index/value shapes"
+        indices = sum(a.nbytes for a in operands if a is not values)
+        total = 2.0 * values.numel * this.itemsize + indices
+        return total, "index_put: indices + values read, the written slice only"
+    if base in ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce") and this and a2:  # self, dim, index, src
+        passes = 3 if base != "aten::scatter" else 2
+        src = a3.itemsize * a2.numel if a3 is not None else 0
+        total = a2.nbytes + src + (passes - 1) * a2.numel * this.itemsize
+        basis = f"{base[6:]}: index + source read, the {a2.numel} written elements only"
+        if not name.endswith("_"):
+            total += 2.0 * this.nbytes
+            basis += ", plus the copy of self"
+        return float(total), basis
+    if name in ("aten::index", "aten::_index"):
+        return math.nan, "index: the trace records no index shapes (TensorList)"
+    if name == "aten::embedding_dense_backward" and this and a1:  # (grad_output [*I, D], indices, ...)
+        return a1.nbytes + 2.0 * this.nbytes, "embedding backward: grad + indices read, touched rows written"
+    if name in ("aten::nll_loss_forward", "aten::nll_loss2d_forward") and this and a1:  # (self, target, weight)
+        weight = _arg(args, 2)
+        total = a1.nbytes + 2.0 * a1.numel * this.itemsize + (weight.nbytes if weight else 0)
+        return float(total), "nll_loss: target + one picked element per target read, losses written"
+    if name in ("aten::nll_loss_backward", "aten::nll_loss2d_backward") and this and a1 and a2:
+        # (grad_output, self, target, weight, ...): one element per target written; the zero fill is its own op
+        return this.nbytes + a2.nbytes + a2.numel * a1.itemsize, "nll_loss backward: one element per target written"
+    return None
+
+
+def _attention(name: str, layout: str, args: list, backward: bool) -> tuple[float, float, str] | None:
+    offset = 1 if backward else 0  # backward: (grad_out, q, k, v, out, ...)
+    q, k, v = (_arg(args, offset + i) for i in range(3))
+    if not (q and k and v) or len(q.shape) < 3 or len(k.shape) < 3:
+        return None
+    lk = k.shape[-2] if layout == "bhle" else k.shape[1]
+    e, ev = q.shape[-1], v.shape[-1]
+    if not e:
+        return None
+    flops = 2.0 * q.numel * lk + 2.0 * (q.numel // e) * ev * lk
+    read = sum(a.nbytes for a in args if a is not None)
+    if backward:
+        flops *= _ATTENTION_BACKWARD_FLOP_RATIO
+        written = q.nbytes + k.nbytes + v.nbytes
+        return flops, float(read + written), "attention backward: all inputs read, dq/dk/dv written"
+    out = (q.numel // e) * ev * q.itemsize
+    return flops, float(read + out), "attention: q, k, v (and mask) read, output written; no causal halving"
+
+
+def _convolution(name: str, args: list) -> tuple[float, float, str] | None:
+    if name in _CONV_BACKWARD:
+        grad_out, x, w = (_arg(args, i) for i in range(3))
+        if not (grad_out and x and w) or len(w.shape) < 3:
+            return None
+        per_output = _numel(w.shape[1:]) or 0
+        flops = 2 * 2.0 * grad_out.numel * per_output  # grad input and grad weight, each a GEMM as large as forward
+        read = grad_out.nbytes + x.nbytes + w.nbytes
+        return flops, float(read + x.nbytes + w.nbytes), "convolution backward: grad, input, weight read; grads written"
+    x, w = _arg(args, 0), _arg(args, 1)
+    if not (x and w) or len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        return None
+    out = x.shape[0] * w.shape[0] * (_numel(x.shape[2:]) or 0)
+    flops = 2.0 * out * (_numel(w.shape[1:]) or 0)
+    read = sum(a.nbytes for a in args if a is not None)
+    return flops, float(read + out * x.itemsize), "convolution: input, weight read, output written (stride 1 assumed)"
+
+
+def op_cost(name: str, dims: list | None, types: list | None, recorded_flops: float) -> OpCost:
+    """(flops, bytes, dtype, estimated, basis) for one operator call, from its shapes; NaN when unknown."""
+    recorded = recorded_flops if recorded_flops > 0 else math.nan
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return OpCost(recorded, math.nan, None, math.isnan(recorded), "no shapes recorded")
+    args = _arguments(dims, types)
+    tensors = [a for a in args if a is not None]
+    if not tensors:
+        basis = "TensorList arguments: no dtype recorded" if "TensorList" in types else "no tensor shapes recorded"
+        return OpCost(recorded, math.nan, None, math.isnan(recorded), basis)
+    dtype = next((t for t in DTYPE_ORDER if any(x.dtype == t for x in tensors)), tensors[0].dtype)
+    read = float(sum(t.nbytes for t in tensors))
+    first = args[0] if args[0] is not None else tensors[0]
+    flops = math.nan
+    gathered = _gather_like(name, args)
+    if name in MATMUL_OPS:
+        mats = [t.shape for t in tensors if len(t.shape) >= 2]
+        if len(mats) >= 2:
+            if name == "aten::linear":  # (input [..., K], weight [N, K], bias)
+                a, b = mats[0], mats[1]
+                k, n_cols = a[-1], b[0]
+            elif name == "aten::_scaled_mm":  # (a [M, K], b [K, N], scales...)
+                a, b = mats[0], mats[1]
+                k, n_cols = a[-1], b[-1]
+            else:  # mm, bmm, addmm(bias, a, b), baddbmm(...)
+                a, b = mats[-2], mats[-1]
+                k, n_cols = a[-1], b[-1]
+            m_rows = _numel(a[:-1]) or 0
+            flops = 2.0 * m_rows * k * n_cols
+            nbytes, basis = read + m_rows * n_cols * tensors[-1].itemsize, "GEMM: A, B (and bias) read, C written"
+        else:  # dot / mv: the output is a vector
+            nbytes, basis = read + max(t.numel for t in tensors) * first.itemsize, "GEMV: inputs read, output written"
+    elif name in _CONV_FORWARD or name in _CONV_BACKWARD:
+        conv = _convolution(name, args)
+        if conv is None:
+            nbytes, basis = read + first.nbytes, "convolution: inputs read, one output as large as the input written"
+        else:
+            flops, nbytes, basis = conv
+    elif name in _ATTENTION_FORWARD or name in _ATTENTION_BACKWARD:
+        backward = name in _ATTENTION_BACKWARD
+        attention = _attention(name, (_ATTENTION_BACKWARD if backward else _ATTENTION_FORWARD)[name], args, backward)
+        if attention is None:
+            nbytes, basis = read + first.nbytes, "attention: inputs read, output written"
+        else:
+            flops, nbytes, basis = attention
+    elif gathered is not None:
+        nbytes, basis = gathered
+        flops = 0.0
+    elif name in _FILL:
+        nbytes, basis, flops = float(first.nbytes), "fill: output written only", 0.0
+    elif name in _COPY and len(tensors) >= 2:
+        nbytes, basis, flops = float(tensors[0].nbytes + tensors[1].nbytes), "copy: source read, target written", 0.0
+    elif name in _CLONE:
+        nbytes, basis, flops = 2.0 * first.nbytes, "copy: input read, a same-size output written", 0.0
+    elif name in _CONCAT:
+        nbytes, basis, flops = 2.0 * read, "concatenation: inputs read and written once", 0.0
+    elif _NORMALIZATION.match(name) or _SOFTMAX.match(name) or _SOFTMAX_BACKWARD.match(name):
+        nbytes, basis = read + first.nbytes, "normalization: all tensors read, one output written"
+        flops = 5.0 * first.numel  # mean, variance, scale, shift: a handful of FLOPs per element
+    elif _REDUCTION.match(name):
+        nbytes, basis = read, "reduction: inputs read (output not counted)"
+        flops = float(max(t.numel for t in tensors))
+    elif name.endswith("_") and not name.startswith("aten::_"):
+        nbytes, basis = read + first.nbytes, "in-place elementwise: operands read, first operand written"
+        flops = float(first.numel)
+    else:
+        out = _broadcast_numel([t.shape for t in tensors])
+        if out is None:
+            out = max(t.numel for t in tensors)
+        nbytes, basis = read + out * first.itemsize, "elementwise: inputs read, broadcast output written"
+        flops = float(out)
+    estimated = True
+    if recorded_flops > 0:
+        flops = recorded_flops
+        estimated = False  # FLOPs are the profiler's own count; bytes are always estimated (module doc)
+    return OpCost(flops, float(nbytes), dtype, estimated, basis)
