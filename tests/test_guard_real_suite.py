@@ -494,3 +494,18 @@ def test_graphs_refuses_a_step_that_moves_a_python_schedule():
     assert [kind for kind, _ in kinds] == ["python_state"]
     assert "param_groups[0]['lr']" in kinds[0][1] and "last_epoch" in kinds[0][1]
     assert optimizer.param_groups[0]["lr"] == 0.1 and scheduler.last_epoch == 0  # the analysis ran on a copy
+
+
+def test_a_cache_object_built_in_every_forward_gets_the_use_cache_suggestion():
+    from types import SimpleNamespace
+
+    from gpuadvisor.fixes.safety import _library_suggestion
+
+    # On the H200, GPT-2's training step (use_cache defaults to True) was refused for a torch.tensor(...) inside
+    # transformers.cache_utils.lazy_initialization: the DynamicCache it builds in every forward. The CPU run has
+    # no host-to-device copy to find, so the suggestion is checked on that blocker's location.
+    via = "transformers.cache_utils.lazy_initialization"
+    text = _library_suggestion(via, SimpleNamespace(kind="pageable_copy"))
+    assert "use_cache=False" in text
+    other = _library_suggestion("transformers.models.gpt2.modeling_gpt2", SimpleNamespace(kind="host_sync"))
+    assert "use_cache" not in other and "torch.compile" in other

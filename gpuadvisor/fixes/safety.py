@@ -530,6 +530,13 @@ def _library_suggestion(via: str, finding: SafetyFinding) -> str:
             "transformers inspects the attention mask on the host to pick its attention path: pass"
             " attention_mask=None when nothing is padded, or use torch.compile, which splits its graph at the sync"
         )
+    if package == "transformers" and "cache_utils" in via:
+        # A model called with its default use_cache=True builds a new cache object (DynamicCache) in every forward,
+        # where a training step or a full-sequence pass needs none.
+        return (
+            "transformers builds a new KV cache object in every forward (use_cache defaults to True): pass"
+            " use_cache=False when the step does not decode token by token, or use torch.compile"
+        )
     return (
         f"the {finding.kind.replace('_', ' ')} is inside {package} ({via}), not in your code: look for an option of"
         f" {package} that avoids it, or use torch.compile, which splits its graph there"
