@@ -1,3 +1,11 @@
-from gpuadvisor.cli import main
+try:
+    from gpuadvisor.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load
+    import os
+    import sys
+
+    sys.stderr.write("interrupted: nothing was written\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 main()

@@ -113,6 +113,8 @@ CONFIDENCE = 0.95
 # 2000 resamples: the interval's ends move by well under 1% between seeds for 100 samples a side.
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # the same samples give the same interval
+# The options of `apply` that time longer, as its notes advise them (the profile notes it reuses name profile's).
+TIME_LONGER_OPTIONS = "--steps, --rounds"
 TOP_KERNEL_CHANGES = 10
 # report/build.py lists this many kernels; a diff of two full lists shorter than it is complete.
 REPORT_TOP_KERNELS = 50
@@ -174,6 +176,9 @@ def run_apply(
         budget_s = DEFAULT_BUDGET_S
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s >= 0:
         raise BadInputError(f"budget must be a number of seconds >= 0, got {budget_s!r}")
+    from gpuadvisor.dependencies import require_torch
+
+    require_torch("apply")  # gpuadvisor's own dependency (exit 2), before the model's imports could miss it (3)
     registry = _fix_core()
     text = fix_text if isinstance(fix_text, str) else ""
     auto = "auto" in (item.strip().lower() for item in text.split(","))
@@ -195,8 +200,9 @@ def run_apply(
         run_before = _step_runner(workload.step_fn)
         _warm_up(run_before, "warm-up", warmup, display, cuda, label)
 
-        staging, created = _make_staging(out_dir)
+        staging, created = None, []
         try:
+            staging, created = _make_staging(out_dir)
             before_trace = _record_profile(workload, run_before, staging / BEFORE_TRACE, profiled_steps, display)
             search = None
             if auto:
@@ -281,7 +287,15 @@ def run_apply(
                     side_reports[side] = None
                     measured[side].summary = _timed_summary(facts)
                     continue
-                side_report = _analyze(trace_path, facts, env, rules=rule_set, peaks_file=peaks_file, cuda=cuda)
+                side_report = _analyze(
+                    trace_path,
+                    facts,
+                    env,
+                    rules=rule_set,
+                    peaks_file=peaks_file,
+                    cuda=cuda,
+                    time_longer=TIME_LONGER_OPTIONS,
+                )
                 side_report["source"]["path"] = str(out_dir / trace_path.name)
                 side_reports[side] = side_report
                 measured[side].summary = side_report["summary"]
@@ -894,7 +908,7 @@ def build_apply_report(
     if len(ratios) > 1:
         notes.append(f"per-round speedups ranged from {min(ratios):.3g}x to {max(ratios):.3g}x")
     for side in (before, after):
-        spread = _spread_note(side.get("step_time_p10_us"), side.get("step_time_p90_us"))
+        spread = _spread_note(side.get("step_time_p10_us"), side.get("step_time_p90_us"), TIME_LONGER_OPTIONS)
         if spread:
             notes.append(f"{'before' if side is before else 'after'}: {spread}")
     if not cuda:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -31,7 +31,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
 DEFAULT_SAMPLE = "llama_decode"
 _DEBUG = False
 
@@ -83,10 +82,11 @@ def _root(
 
 
 def _sample_path(name: str) -> Path:
-    available = sorted(p.name.removesuffix(".json.gz") for p in SAMPLES_DIR.glob("*.json.gz"))
-    path = SAMPLES_DIR / f"{name}.json.gz"
-    if not path.is_file():
-        known = ", ".join(available) if available else "none found (samples ship with a source checkout)"
+    from gpuadvisor.sample_data import sample_names, sample_path
+
+    path = sample_path(name)
+    if path is None:
+        known = ", ".join(sample_names()) or "none found (this install has no gpuadvisor/samples/)"
         raise BadInputError(f"no bundled sample '{name}' (available: {known})")
     return path
 
@@ -412,11 +412,19 @@ def calibrate(
 
 @app.command()
 def doctor() -> None:
-    """Check what profiling needs: GPU, driver, CUDA, torch, triton, CUPTI, NVML, Nsight Compute."""
-    from gpuadvisor.doctor import render_checks, run_checks
+    """Check what profiling needs: GPU, driver, CUDA, torch, triton, CUPTI, NVML, Nsight Compute.
+
+    Exit codes: 0 the GPU path is usable (Python, torch with CUDA, a CUDA device, the NVIDIA driver, the CUDA
+    runtime, CUPTI and NVML all OK); 1 one of those failed, so profile and apply would run on the CPU or without
+    GPU activity or power and energy. triton, Nsight Compute (ncu) and a calibration are optional: they are
+    listed, but do not change the exit code.
+    """
+    from gpuadvisor.doctor import gpu_path_missing, render_checks, run_checks
 
     checks = run_checks()
     render_checks(checks, _console())
+    if gpu_path_missing(checks):
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 @app.command()
@@ -780,6 +788,9 @@ def ncu(
 
 def main() -> None:
     """Entry point: run the app, mapping errors to one line and an exit code."""
+    from gpuadvisor import interrupt
+
+    interrupt.install()
     try:
         code = app(standalone_mode=False)
     except GpuAdvisorError as exc:
@@ -788,15 +799,13 @@ def main() -> None:
         _error_line(f"error: {exc}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _error_line("interrupted: nothing was written")
-        sys.exit(130)
+        exit_interrupted()
     except BrokenPipeError:
         _broken_pipe()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        _error_line("interrupted: nothing was written")
-        sys.exit(130)
+        exit_interrupted()
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - the CLI must not print a traceback without --debug
@@ -810,8 +819,26 @@ def main() -> None:
         _error_line(f"error: internal error ({type(exc).__name__}: {exc}); rerun with --debug for the traceback")
         sys.exit(EXIT_INTERNAL)
     if code == 130:  # typer turns Ctrl-C inside a command into a quiet exit 130
-        _error_line("interrupted: nothing was written")
+        exit_interrupted()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def exit_interrupted() -> NoReturn:
+    """After Ctrl-C (everything already cleaned up): one line, exit 130.
+
+    Not through sys.exit: a KeyboardInterrupt that passed through Python code run by PyRun_String (torch's C++
+    import runs some) sets CPython's "unhandled Ctrl-C" flag, and the interpreter then kills itself with SIGINT
+    as it exits (status -2, not 130) whatever sys.exit said; its exit would also wait for non-daemon threads.
+    """
+    import os
+
+    _error_line("interrupted: nothing was written")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
 
 
 def _quiet_stdout() -> None:

@@ -2,7 +2,10 @@
 
 Each check returns ``{"name", "ok", "detail"}``: ``detail`` is what was found (a version, a device) or,
 when ``ok`` is False, why not, in one line. A check never raises: an unexpected error becomes its detail.
-The command is informational and exits 0 whatever the checks say.
+The command exits 0 when every check the GPU path needs (``GPU_PATH_CHECKS``: torch with CUDA, a CUDA device,
+the driver, CUPTI and NVML) passed, 1 when one did not: profile and apply then run on the CPU, or without
+GPU activity or power and energy. triton, Nsight Compute and a calibration are optional: a failure there is
+listed but does not change the exit code.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["run_checks", "render_checks"]
+__all__ = ["GPU_PATH_CHECKS", "gpu_path_missing", "run_checks", "render_checks"]
 
 MIN_PYTHON = (3, 10)
 NCU_TIMEOUT_S = 10.0
@@ -248,6 +251,24 @@ _CHECKS: tuple[tuple[str, Callable[[_Context], tuple[bool, str]]], ...] = (
 )
 
 
+# What profiling a GPU needs; the other checks (triton, ncu, calibration) serve one fix, rule or figure each.
+GPU_PATH_CHECKS = (
+    "Python",
+    "torch",
+    "CUDA device",
+    "NVIDIA driver",
+    "CUDA runtime",
+    "CUPTI (profiler GPU activity)",
+    "NVML (power, energy)",
+)
+
+
+def gpu_path_missing(checks: list[dict[str, Any]]) -> list[str]:
+    """The names of the GPU path's checks that did not pass (empty: profile and apply can use the GPU)."""
+    passed = {check["name"] for check in checks if check["ok"]}
+    return [name for name in GPU_PATH_CHECKS if name not in passed]
+
+
 def run_checks() -> list[dict[str, Any]]:
     """Every check, in order: ``[{"name": str, "ok": bool, "detail": str}, ...]``. Never raises."""
     ctx = _Context()
@@ -272,4 +293,10 @@ def render_checks(checks: list[dict[str, Any]], console: Any) -> None:
         mark = "[green]✓[/green]" if check["ok"] else "[red]✗[/red]"
         console.print(f"{mark} {escape(check['name'].ljust(width))}  {escape(check['detail'])}", soft_wrap=True)
     passed = sum(1 for c in checks if c["ok"])
-    console.print(f"[dim]{passed} of {len(checks)} OK[/dim]")
+    missing = gpu_path_missing(checks)
+    verdict = (
+        f"the GPU path is not usable: {', '.join(missing)} failed (exit 1)"
+        if missing
+        else "the GPU path is usable (exit 0)"
+    )
+    console.print(f"[dim]{passed} of {len(checks)} OK; {escape(verdict)}[/dim]", soft_wrap=True)

@@ -84,7 +84,7 @@ def optimize(
     text = fixes if isinstance(fixes, str) else ",".join(fixes)
     if any(item.strip().lower() == "auto" for item in text.split(",")):
         raise BadInputError("fixes='auto' needs a profile's findings; name the fixes, e.g. fixes=['graphs']")
-    fix_ids = resolve_fix_ids(text, [])
+    fix_ids = resolve_fix_ids(text, [], api=True)
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
     if not isinstance(example_inputs, tuple):

@@ -73,6 +73,8 @@ MAX_EXTRA_WARMUP_STEPS = 2000
 # Longer timing lets the median see past the short stretches (not the long ones; README, "Timing a launch-bound step").
 MIN_TIMING_S = 5.0
 MAX_TIMED_STEPS = 10_000
+# The options of `profile` that time longer, as its notes advise them (`apply` names its own).
+TIME_LONGER_OPTIONS = "--min-time, --steps"
 # CPU operators listed in a CPU-only report, by self time.
 TOP_CPU_OPS = 25
 SKIPPED_ON_CPU = "roofline, GPU busy/idle, transfers, NVML (clocks, power, energy)"
@@ -153,6 +155,9 @@ def run_profile(
         raise BadInputError(f"--min-time must be a number of seconds from 0 to 600, got {min_time_s!r}")
     if nproc is not None and (isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1):
         raise BadInputError(f"--nproc must be an int >= 1, got {nproc!r}")
+    from gpuadvisor.dependencies import require_torch
+
+    require_torch("profile")  # gpuadvisor's own dependency (exit 2), before the model's imports could miss it (3)
     model_path = Path(model_path)
     rules = load_rules(rules_dir)  # a bad --rules folder or --peaks file fails before the model runs
     if peaks_file is not None:
@@ -194,8 +199,9 @@ def run_profile(
         run_step = _step_runner(workload.step_fn)
         measured = _measure(run_step, label, cuda, warmup, timed_steps, nvml, display, min_time_s=min_time_s)
 
-        staging, created = _make_staging(out_dir)
+        staging, created = None, []
         try:
+            staging, created = _make_staging(out_dir)
             report = _profile_and_report(
                 workload,
                 run_step,
@@ -590,6 +596,9 @@ def _publish(
 ) -> None:
     """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` (an earlier run's outputs) goes only now.
     ``check`` replaces the check of ``out_dir`` (a multi-rank folder has rank subfolders)."""
+    from gpuadvisor.interrupt import raise_if_interrupted
+
+    raise_if_interrupted()  # a Ctrl-C whose KeyboardInterrupt something swallowed: publish nothing
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes private folders; an output folder is meant to be shared
@@ -655,6 +664,9 @@ class _Display(AbstractContextManager):
             self._progress.stop()
 
     def phase(self, description: str, total: int | None = None) -> None:
+        from gpuadvisor.interrupt import raise_if_interrupted
+
+        raise_if_interrupted()  # a Ctrl-C whose KeyboardInterrupt something swallowed stops at the next phase
         if self._on_phase is not None:
             self._on_phase(description)
         if self._progress is None:
@@ -741,7 +753,18 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, peaks_file, cuda: bool) -> dict:
+def _analyze(
+    trace_path: Path,
+    facts: _RunFacts,
+    env: dict[str, Any],
+    *,
+    rules,
+    peaks_file,
+    cuda: bool,
+    time_longer: str = TIME_LONGER_OPTIONS,
+) -> dict:
+    """The report of one profiled run. ``time_longer``: the options the notes advise for timing longer (``apply``
+    passes its own: it has no --min-time)."""
     from gpuadvisor.trace.kineto import load_trace
 
     trace = load_trace(trace_path)
@@ -765,7 +788,7 @@ def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, 
         f"trace (GPU busy, idle, kernels) come from {facts.profiled_steps} profiled step(s), "
         f"{_ratio_text(report['summary'].get('profiler_slowdown'))}",
     ]
-    spread = _spread_note(facts.times.p10_us, facts.times.p90_us)
+    spread = _spread_note(facts.times.p10_us, facts.times.p90_us, time_longer)
     if spread:
         notes.append(spread)
     if facts.nvml_summary is None:
@@ -778,11 +801,11 @@ def _analyze(trace_path: Path, facts: _RunFacts, env: dict[str, Any], *, rules, 
         if facts.nvml_summary.get("energy_j_per_step") is None:
             energy = f"energy per step {facts.nvml_summary.get('energy_source') or 'not measured'}"
             if duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
-                energy += "; time longer (--min-time, --steps) to measure it"
+                energy += f"; time longer ({time_longer}) to measure it"
         elif duration is not None and duration < 2 * MIN_COUNTER_SPAN_S:
             energy += (
                 f"; the timed phase lasted only {duration:.2f} s and NVML's power and energy readings advance about "
-                "every 100 ms, so they are rough: time longer (--min-time, --steps) for better ones"
+                f"every 100 ms, so they are rough: time longer ({time_longer}) for better ones"
             )
         notes.append(energy)
     report["notes"] = notes + report["notes"]
@@ -800,14 +823,15 @@ def _ratio_text(slowdown: float | None) -> str:
 UNSTEADY_SPREAD = 1.2
 
 
-def _spread_note(p10: float | None, p90: float | None) -> str | None:
-    """A warning when the timed steps vary widely (host contention, clock changes, a launch-bound step)."""
+def _spread_note(p10: float | None, p90: float | None, time_longer: str = TIME_LONGER_OPTIONS) -> str | None:
+    """A warning when the timed steps vary widely (host contention, clock changes, a launch-bound step);
+    ``time_longer`` names the options that time longer in the command that prints it."""
     if not p10 or not p90 or p90 / p10 <= UNSTEADY_SPREAD:
         return None
     return (
         f"step times vary widely (p10 {p10:,.0f} µs, p90 {p90:,.0f} µs, {100 * (p90 / p10 - 1):.0f}% apart): "
         "something else competes for the host or the GPU, or the step is bound by the host's launch rate; time "
-        "longer (--min-time) and compare several runs with `gpuadvisor compare`, which tests every sample"
+        f"longer ({time_longer}) and compare several runs with `gpuadvisor compare`, which tests every sample"
     )
 
 

@@ -515,3 +515,112 @@ def test_real_refusals_on_the_cpu_are_reported_and_strict_exits_2(tmp_path, cli)
     assert result.returncode == 2, result.stderr
     assert ".item()" in _one_line_error(result)
     assert not strict_out.exists()
+
+
+# --- the advice names apply's own options ------------------------------------------------------
+
+
+def _apply_options() -> set[str]:
+    import typer.main
+
+    from gpuadvisor.cli import app
+
+    command = typer.main.get_command(app).commands["apply"]
+    return {name for param in command.params for name in (*param.opts, *param.secondary_opts) if name[:2] == "--"}
+
+
+def _options_named(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text))
+
+
+def _notes(value):
+    """Every note anywhere in a report (its own, each side's)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "notes" and isinstance(item, list):
+                yield from map(str, item)
+            else:
+                yield from _notes(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _notes(item)
+
+
+def test_apply_notes_advise_only_options_apply_has():
+    """Issue 16: the profile notes apply reuses for each side said "time longer (--min-time, --steps)"; apply has
+    no --min-time. Sides timed briefly and unsteadily, on a GPU trace, so that every timing advice is given."""
+    from gpuadvisor.apply import TIME_LONGER_OPTIONS, SideMeasurement, build_apply_report
+    from gpuadvisor.capture.timing import StepTimes
+    from gpuadvisor.profile import _analyze, _RunFacts, _timed_summary
+    from gpuadvisor.rules.engine import load_rules
+
+    gemm = REPO / "sample_traces" / "gemm.json.gz"
+    if not gemm.is_file():
+        pytest.skip("no bundled gemm sample in this checkout")
+    unsteady = [3000.0, 3100.0, 4500.0, 5200.0]  # p90/p10 well over 1.2: the spread note
+    sampler = object()
+    measured, side_reports = {}, {}
+    for name, block_s in (("before", 0.04 / 3), ("after", 0.04 / 3)):  # under the energy counter's interval
+        side = SideMeasurement(name)
+        for _ in range(3):
+            side.add_block(StepTimes(unsteady, "CUDA events, 4 steps", block_s), 0.0, 1, 1)
+        facts = _RunFacts(
+            model_path=Path("model.py"),
+            out_dir=Path("out"),
+            times=side.step_times(),
+            tokens_per_step=None,
+            nvml_summary=side.nvml_summary(sampler, PHASE),
+            nvml_reason="",
+            memory=side.memory(True),
+            profiled_steps=1,
+        )
+        side.summary = _timed_summary(facts)
+        measured[name] = side
+        side_reports[name] = _analyze(
+            gemm, facts, {}, rules=load_rules(), peaks_file=None, cuda=True, time_longer=TIME_LONGER_OPTIONS
+        )
+    report = build_apply_report(
+        model_path=Path("model.py"),
+        out_dir=Path("out"),
+        fix_text="graphs",
+        fix_ids=["graphs"],
+        outcomes=[],
+        applied_ids=[],
+        measured=measured,
+        side_reports=side_reports,
+        env={},
+        cuda=True,
+        nvml_reason="",
+        graph_replay=None,
+        steps=4,
+        rounds=3,
+        auto=False,
+    )
+    notes = list(_notes(report))
+    assert any("before:" in note for note in notes)  # the sides' own notes are in the report
+    text = "\n".join(notes)
+    assert "vary widely" in text and "energy per step not measured" in text  # the advice is there
+    named = _options_named(text)
+    assert "--rounds" in named
+    assert named <= _apply_options(), named - _apply_options()
+
+
+def test_run_apply_gives_its_side_reports_its_own_wording(tmp_path, monkeypatch):
+    """The per-side reports of a real (CPU) apply run are analyzed with apply's options for timing longer."""
+    import gpuadvisor.apply as apply_module
+
+    seen = []
+    real = apply_module._analyze
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("time_longer"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(apply_module, "_analyze", spy)
+    apply_module.run_apply(
+        TINY_MLP, "graphs", out_dir=tmp_path / "out", warmup=1, steps=2, rounds=2, profiled_steps=1, progress=False
+    )
+    assert seen == ["--steps, --rounds"] * 2
+    assert _options_named(seen[0]) <= _apply_options()

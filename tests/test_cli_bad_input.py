@@ -410,3 +410,63 @@ def test_a_fifo_is_refused_with_one_line(cli, tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not a regular file" in lines[0] and "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# gpuadvisor's own missing dependency (exit 2) against the user's code missing one of its imports (exit 3)
+
+# Runs the CLI with torch unimportable: None in sys.modules makes `import torch` raise ModuleNotFoundError
+# (name "torch"), as on a machine without torch, whatever is installed here.
+WITHOUT_TORCH = """
+import sys
+
+sys.modules["torch"] = None
+from gpuadvisor.cli import main
+
+sys.argv = ["gpuadvisor", *sys.argv[1:]]
+main()
+"""
+
+MODEL_WITH_TORCH = """
+import torch
+
+
+def build():
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+"""
+
+
+@pytest.mark.parametrize("command", [["profile"], ["apply", "--fix", "graphs"]])
+def test_missing_torch_is_gpuadvisors_dependency_exit_2(tmp_path, python, command):
+    """Issue 16: without torch, profile exited 3 ("your code failed") for gpuadvisor's own missing dependency."""
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_WITH_TORCH)
+    runner = tmp_path / "without_torch.py"
+    runner.write_text(WITHOUT_TORCH)
+    out = tmp_path / "out"
+    result = python(runner, command[0], model, *command[1:], "--out", out)
+    assert_one_line_error(result, f"{command[0]} needs torch: pip install torch")
+    assert not out.exists()
+
+
+def test_the_models_own_missing_import_is_its_code_exit_3(tmp_path, cli):
+    pytest.importorskip("torch")
+    model = tmp_path / "model.py"
+    model.write_text("import gpuadvisor_test_no_such_module  # noqa: F401\n\n\ndef build():\n    return abs, (1,)\n")
+    out = tmp_path / "out"
+    result = cli("profile", model, "--out", out)
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith("error:") and "\n" not in line and "Traceback" not in line
+    assert "gpuadvisor_test_no_such_module" in line and "needs torch" not in line
+    assert not out.exists()
+
+
+def test_require_torch_names_the_command_and_the_install_line(monkeypatch):
+    from gpuadvisor.dependencies import require_torch
+    from gpuadvisor.errors import BadInputError
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(BadInputError, match=r"^profile needs torch: pip install torch$") as caught:
+        require_torch("profile")
+    assert caught.value.exit_code == 2

@@ -1,4 +1,5 @@
-"""`gpuadvisor doctor`: every check reports OK or why not, never a traceback, and the command exits 0."""
+"""`gpuadvisor doctor`: every check reports OK or why not, never a traceback; the command exits 0 when the GPU
+path is usable and 1 when it is not (no CUDA, no NVML, ...), whatever the optional checks say."""
 
 from __future__ import annotations
 
@@ -81,9 +82,56 @@ def test_render_one_line_per_check():
     assert lines[1].startswith("✗ CUDA device") and lines[1].endswith("not available [no GPU]")
 
 
-def test_doctor_cli_exits_0(cli):
+def test_doctor_cli_exit_code_says_whether_the_gpu_path_is_usable(cli):
+    """Issue 16: doctor exited 0 at "3 of 10 OK". On a machine without CUDA (this one) it exits 1."""
     done = cli("doctor")
-    assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line[:1] in ("✓", "✗")]
     assert len(lines) == len(EXPECTED)
+    failed = [line for line in lines if line.startswith("✗") and any(name in line for name in doctor.GPU_PATH_CHECKS)]
+    if failed:
+        assert done.returncode == 1, done.stdout
+        assert "the GPU path is not usable" in done.stdout
+    else:
+        assert done.returncode == 0, done.stdout
+        assert "the GPU path is usable (exit 0)" in done.stdout
+
+
+def test_doctor_exits_1_without_cuda(cli):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    done = cli("doctor")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the GPU path is not usable: CUDA device" in done.stdout
+
+
+def _checks(failed: set[str]) -> list[dict]:
+    return [{"name": name, "ok": name not in failed, "detail": "x"} for name in EXPECTED]
+
+
+def test_only_the_gpu_path_decides_the_exit_code():
+    assert set(doctor.GPU_PATH_CHECKS) <= set(EXPECTED)
+    optional = {"triton", "Nsight Compute (ncu)", "calibration"}
+    assert doctor.gpu_path_missing(_checks(optional)) == []  # no ncu, no triton, no calibration: still usable
+    assert doctor.gpu_path_missing(_checks({"NVML (power, energy)"})) == ["NVML (power, energy)"]
+    assert doctor.gpu_path_missing(_checks({"CUDA device", "calibration"})) == ["CUDA device"]
+
+
+def test_doctor_cli_exit_0_when_the_gpu_path_is_usable(monkeypatch):
+    from typer.testing import CliRunner
+
+    from gpuadvisor.cli import app
+
+    monkeypatch.setattr(doctor, "run_checks", lambda: _checks({"Nsight Compute (ncu)", "calibration"}))
+    assert CliRunner().invoke(app, ["doctor"]).exit_code == 0
+    monkeypatch.setattr(doctor, "run_checks", lambda: _checks({"NVML (power, energy)"}))
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 1 and "not usable: NVML (power, energy) failed" in result.output
+
+
+def test_doctor_help_says_what_the_exit_code_means(cli):
+    done = cli("doctor", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "Exit codes: 0 the GPU path is usable" in text and "1 one of those failed" in text

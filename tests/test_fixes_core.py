@@ -536,6 +536,25 @@ def test_optimize_bad_arguments():
         optimize(nn.Linear(2, 2), torch.randn(1, 2))
 
 
+@pytest.mark.parametrize("fixes", [[], (), "", " , "])
+def test_optimize_without_a_fix_speaks_the_api_terms(fixes):
+    """Issue 16: fixes=[] said "--fix: no fix named; expected auto or ..." (a CLI flag, and a value optimize
+    refuses). The API's errors name its own parameter and the values it takes."""
+    with pytest.raises(BadInputError) as caught:
+        optimize(nn.Linear(2, 2), (torch.randn(1, 2),), fixes=fixes)
+    message = str(caught.value)
+    assert message.startswith("fixes: no fix named; expected a list of fix ids: sdpa, ")
+    assert "--fix" not in message and "auto" not in message
+
+
+def test_optimize_unknown_fix_speaks_the_api_terms():
+    with pytest.raises(BadInputError) as caught:
+        optimize(nn.Linear(2, 2), (torch.randn(1, 2),), fixes=["grahps"])
+    message = str(caught.value)
+    assert message.startswith("fixes: unknown fix 'grahps'; known fixes: ") and "graphs" in message
+    assert "--fix" not in message and "auto" not in message
+
+
 def test_keep_lines():
     assert keep_lines(["graphs", "fusion"]) == [
         "import gpuadvisor",

@@ -87,9 +87,9 @@ def _profile_steps(workload: Workload, cuda: bool, *, wait: int, warmup: int, ac
     )
     # The profiler starts and stops inside prof.step() (at the schedule's transitions); only those calls run
     # with Kineto's log lines filtered from stderr, never the user's steps.
-    with _without_kineto_log():
-        prof.__enter__()
     try:
+        with _without_kineto_log():
+            prof.__enter__()
         for _ in range(wait + warmup + active):
             workload.step_fn()
             with _without_kineto_log():
@@ -98,9 +98,19 @@ def _profile_steps(workload: Workload, cuda: bool, *, wait: int, warmup: int, ac
         # the device as it stops); this makes sure nothing of the workload is still running afterwards.
         if cuda:
             torch.cuda.synchronize()
-    finally:
-        with _without_kineto_log():
-            prof.__exit__(None, None, None)
+    except BaseException:
+        # The step failed, or Ctrl-C landed anywhere, even inside prof.__enter__() or prof.step() while the
+        # profiler was half started or stopped: its own __exit__ may then fail too ("AssertionError: Profiler
+        # must be initialized before starting trace"). Stop it as far as it goes; the first error is the one
+        # to report.
+        try:
+            with _without_kineto_log():
+                prof.__exit__(*sys.exc_info())
+        except Exception:  # noqa: BLE001 - secondary to the error being raised
+            pass
+        raise
+    with _without_kineto_log():
+        prof.__exit__(None, None, None)
     return prof
 
 

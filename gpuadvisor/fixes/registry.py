@@ -114,23 +114,28 @@ def load_fix(fix_id: str) -> Fix:
     return fix_class()
 
 
-def resolve_fix_ids(text: str, recommended: Iterable[str] = ()) -> list[str]:
+def resolve_fix_ids(text: str, recommended: Iterable[str] = (), *, api: bool = False) -> list[str]:
     """Parse ``--fix``: ``"graphs,fusion"`` or ``"auto"`` (the fixes the findings recommend) into ids in run order.
 
     ``recommended`` holds the ``fix_id`` of each finding; ids the registry does not know are ignored there
     (a rule may name a fix that is not built yet). An unknown id typed by the user, or an empty list, is a
     BadInputError listing the known ids. ``auto`` with no recommended fix gives an empty list (nothing to do).
+    ``api``: the text comes from ``optimize(fixes=...)``, which takes no ``auto``: the messages say ``fixes``.
     """
     known = known_fix_ids()
     items = [item.strip().lower() for item in (text or "").split(",") if item.strip()]
     if not items:
+        if api:
+            raise BadInputError(f"fixes: no fix named; expected a list of fix ids: {', '.join(known)}")
         raise BadInputError(f"--fix: no fix named; expected auto or a comma-separated list of: {', '.join(known)}")
     wanted: set[str] = set()
     for item in items:
-        if item == "auto":
+        if item == "auto" and not api:
             wanted.update(fix_id for fix_id in recommended if fix_id in known)
         elif item in known:
             wanted.add(item)
+        elif api:
+            raise BadInputError(f"fixes: unknown fix {item!r}; known fixes: {', '.join(known)}")
         else:
             raise BadInputError(f"--fix: unknown fix {item!r}; known fixes: {', '.join(known)} (or auto)")
     return [fix_id for fix_id in known if fix_id in wanted]
