@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuadvisor.errors import BadInputError
+from gpuadvisor.interrupt import deferred
 
 if TYPE_CHECKING:
     from gpuadvisor.workload import Workload
@@ -87,12 +88,15 @@ def _profile_steps(workload: Workload, cuda: bool, *, wait: int, warmup: int, ac
     )
     # The profiler starts and stops inside prof.step() (at the schedule's transitions); only those calls run
     # with Kineto's log lines filtered from stderr, never the user's steps.
+    # The profiler's transitions run with Ctrl-C held until they finish (interrupt.deferred): an interrupt that
+    # lands inside Kineto's start or stop, or while stderr is redirected around it, left a half-stopped
+    # profiler behind, and about 1 run in 20 then aborted (SIGABRT) with stderr still redirected.
     try:
-        with _without_kineto_log():
+        with deferred(), _without_kineto_log():
             prof.__enter__()
         for _ in range(wait + warmup + active):
             workload.step_fn()
-            with _without_kineto_log():
+            with deferred(), _without_kineto_log():
                 prof.step()
         # prof.step() after the last active step already stopped the recording (the profiler waits for
         # the device as it stops); this makes sure nothing of the workload is still running afterwards.
@@ -104,12 +108,12 @@ def _profile_steps(workload: Workload, cuda: bool, *, wait: int, warmup: int, ac
         # must be initialized before starting trace"). Stop it as far as it goes; the first error is the one
         # to report.
         try:
-            with _without_kineto_log():
+            with deferred(), _without_kineto_log():
                 prof.__exit__(*sys.exc_info())
         except Exception:  # noqa: BLE001 - secondary to the error being raised
             pass
         raise
-    with _without_kineto_log():
+    with deferred(), _without_kineto_log():
         prof.__exit__(None, None, None)
     return prof
 
