@@ -339,6 +339,24 @@ def test_kernel_diff_and_predicted_savings():
     assert diff["complete"] and any("CUDA graph" in note for note in diff["notes"])
 
 
+def _summarize(side, sampler):
+    """The side's run facts as apply builds them (model.py, one profiled step), and its timed summary set."""
+    from gpuadvisor.profile import _RunFacts, _timed_summary
+
+    facts = _RunFacts(
+        model_path=Path("model.py"),
+        out_dir=Path("out"),
+        times=side.step_times(),
+        tokens_per_step=None,
+        nvml_summary=side.nvml_summary(sampler, PHASE),
+        nvml_reason="",
+        memory=side.memory(True),
+        profiled_steps=1,
+    )
+    side.summary = _timed_summary(facts)
+    return facts
+
+
 def _side(name: str, block_s: float, block_energy_mj: float, steps: int = 4, step_us: float = 3250.0):
     """A SideMeasurement of 3 timed blocks of ``block_s`` each, the energy counter rising by ``block_energy_mj``
     over each."""
@@ -388,23 +406,12 @@ def test_apply_side_energy_not_measured_under_the_counters_update_interval():
 
 def test_apply_report_shows_not_measured_for_the_short_side():
     from gpuadvisor.apply import build_apply_report
-    from gpuadvisor.profile import _RunFacts, _timed_summary
     from gpuadvisor.report.apply_sections import comparison_table, render_apply_markdown
 
     sampler = object()
     measured = {"before": _side("before", 2.0 / 3, 280_000.0 / 3), "after": _side("after", 0.04 / 3, 0.0)}
     for side in measured.values():
-        facts = _RunFacts(
-            model_path=Path("model.py"),
-            out_dir=Path("out"),
-            times=side.step_times(),
-            tokens_per_step=None,
-            nvml_summary=side.nvml_summary(sampler, PHASE),
-            nvml_reason="",
-            memory=side.memory(True),
-            profiled_steps=1,
-        )
-        side.summary = _timed_summary(facts)
+        _summarize(side, sampler)
     report = build_apply_report(
         model_path=Path("model.py"),
         out_dir=Path("out"),
@@ -553,7 +560,7 @@ def test_apply_notes_advise_only_options_apply_has():
     no --min-time. Sides timed briefly and unsteadily, on a GPU trace, so that every timing advice is given."""
     from gpuadvisor.apply import TIME_LONGER_OPTIONS, SideMeasurement, build_apply_report
     from gpuadvisor.capture.timing import StepTimes
-    from gpuadvisor.profile import _analyze, _RunFacts, _timed_summary
+    from gpuadvisor.profile import _analyze
     from gpuadvisor.rules.engine import load_rules
 
     gemm = REPO / "sample_traces" / "gemm.json.gz"
@@ -566,17 +573,7 @@ def test_apply_notes_advise_only_options_apply_has():
         side = SideMeasurement(name)
         for _ in range(3):
             side.add_block(StepTimes(unsteady, "CUDA events, 4 steps", block_s), 0.0, 1, 1)
-        facts = _RunFacts(
-            model_path=Path("model.py"),
-            out_dir=Path("out"),
-            times=side.step_times(),
-            tokens_per_step=None,
-            nvml_summary=side.nvml_summary(sampler, PHASE),
-            nvml_reason="",
-            memory=side.memory(True),
-            profiled_steps=1,
-        )
-        side.summary = _timed_summary(facts)
+        facts = _summarize(side, sampler)
         measured[name] = side
         side_reports[name] = _analyze(
             gemm, facts, {}, rules=load_rules(), peaks_file=None, cuda=True, time_longer=TIME_LONGER_OPTIONS
