@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor import __version__
 from gpuadvisor.errors import BadInputError, UserCodeError
+from gpuadvisor.fixes.coverage import ALSO_ADDRESSES, combined_saving, fix_covers
 from gpuadvisor.profile import (
     DEFAULT_OUT_ROOT,
     _analyze,
@@ -719,38 +720,6 @@ def _predicted_savings(findings: list[dict[str, Any]], step_us: float | None) ->
     if step_us:
         totals = {k: min(v, float(step_us)) for k, v in totals.items()}
     return {k: round(v, 1) for k, v in totals.items()}
-
-
-# Findings a fix addresses beyond those that name it: bf16 autocast moves fp32 GEMMs that run on the CUDA cores
-# (GA301, whose own advice is TF32) onto the tensor cores as well.
-ALSO_ADDRESSES = {"bf16": ("GA301",)}
-
-
-def fix_covers(fix_id: str, facts: dict[str, Any] | None = None) -> set[str]:
-    """The findings' fix ids a fix addresses: itself, and for ``compile`` what torch.compile does on its own
-    (fuses elementwise chains, rewrites attention to SDPA, pads misaligned GEMMs; in a CUDA-graph mode, removes
-    launch gaps)."""
-    covered = {fix_id}
-    if fix_id == "compile":
-        covered |= {"fusion", "sdpa"}
-        if (facts or {}).get("mode") in ("reduce-overhead", "max-autotune"):
-            covered.add("graphs")
-    return covered
-
-
-def combined_saving(findings: list[dict[str, Any]], fix_ids: set[str], step_us: float | None) -> float | None:
-    """The saving of the findings whose fix is in ``fix_ids``, combined as independent shares of the step:
-    ``step x (1 - prod(1 - saving_i / step))`` (two findings of 60% and 50% save 80%, not 110%)."""
-    if not step_us:
-        return None
-    rules = set().union(*(ALSO_ADDRESSES.get(fix_id, ()) for fix_id in fix_ids)) if fix_ids else set()
-    remaining = 1.0
-    for finding in findings:
-        saving = finding.get("estimated_saving_us_per_step")
-        addressed = finding.get("fix_id") in fix_ids or finding.get("rule_id") in rules
-        if addressed and isinstance(saving, (int, float)) and saving > 0:
-            remaining *= 1.0 - min(float(saving) / float(step_us), 1.0)
-    return round(float(step_us) * (1.0 - remaining), 1)
 
 
 def _search_section(search: Any) -> dict[str, Any] | None:

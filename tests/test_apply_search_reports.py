@@ -59,7 +59,7 @@ def test_bert_compile_wins_where_the_graph_is_refused_and_its_prediction_is_ga10
     compiled = next(f for f in r["fixes"] if f["fix_id"] == "compile")
     assert compiled["facts"]["mode"] == "reduce-overhead"
     covered = fix_covers("compile", compiled["facts"])
-    assert covered == {"compile", "fusion", "sdpa", "graphs"}
+    assert covered == {"compile", "fusion", "sdpa", "channels_last", "graphs"}
     ga101 = next(f for f in r["before"]["findings"] if f["rule_id"] == "GA101")
     step = r["before"]["step_time_us"]
     # One addressed finding: the combined saving is that finding's.

@@ -39,11 +39,15 @@ from gpuadvisor.trace.model import Trace
 FAMILY_PATTERNS = [
     ("communication", r"nccl|rccl|all_?reduce|allgather|reduce_?scatter|sendrecv"),
     ("attention", r"flash|fmha|attention|sdpa|mha_"),
+    # Before gemm: cuDNN's and CUTLASS's implicit-GEMM convolutions carry "gemm" in their names
+    # (sm90_xmma_fprop_implicit_gemm_..., ImplicitGemmConvolution); "convert" kernels are not convolutions.
+    ("convolution", r"conv(?!ert)|fprop|dgrad|wgrad|implicit_convolve|implicit_gemm|winograd"),
     ("gemm", r"gemm|gemv|xmma|wgmma|cutlass|nvjet|sgemm|hgemm|matmul|_mm_|cublas|splitk|dot_kernel"),
-    ("convolution", r"conv|fprop|dgrad|wgrad|implicit_convolve|winograd"),
-    ("normalization", r"norm|softmax"),
+    # cuDNN's BatchNorm kernels: cudnn::bn_fw_tr_1C11_kernel_NCHW, bn_bw_1C11_singleread, ...
+    ("normalization", r"norm|softmax|\bbn_(fw|bw)|::bn_(fw|bw)"),
     ("reduction", r"reduce|triton_red|triton_per|sum_kernel|mean|argmax|topk|cub::"),
-    ("copy", r"copy|catarray|transpose|gather|scatter|index|cat_|fill|memcpy|permute"),
+    # cuDNN's layout transposes around NHWC convolutions (nchwToNhwcKernel, nhwcToNchwKernel).
+    ("copy", r"copy|catarray|transpose|gather|scatter|index|cat_|fill|memcpy|permute|nchwToNhwc|nhwcToNchw"),
     ("elementwise", r"elementwise|triton_poi|vectorized|unrolled|pointwise|activation|silu|gelu|relu|mul|add"),
 ]
 COMPUTE_FAMILIES = {"gemm", "attention", "convolution"}

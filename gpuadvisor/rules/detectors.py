@@ -124,10 +124,14 @@ def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
         floor = under["bytes"].to_numpy(float) / bw * 1e6
         # Where bytes are unknown, assume half of the idle SMs' share is recoverable.
         fallback = dur * (1 - under["blocks"].to_numpy(float) / sm_count) / 2
-        saving = np.where(np.isfinite(floor), np.clip(dur - floor, 0, None), fallback).sum()
+        per_kernel = np.where(np.isfinite(floor), np.clip(dur - floor, 0, None), fallback)
     else:
-        saving = (dur * (1 - under["blocks"].to_numpy(float) / sm_count) / 2).sum()
+        per_kernel = dur * (1 - under["blocks"].to_numpy(float) / sm_count) / 2
+    saving = per_kernel.sum()
     per_step = saving / a.n_steps
+    # Per kernel family, so a fix that regenerates some families' kernels (torch.compile writes its own
+    # elementwise, normalization and reduction kernels) can claim that part and no more.
+    by_family = pd.Series(per_kernel, index=under["family"].to_numpy()).groupby(level=0).sum() / a.n_steps
     # Grouped by name codes (long kernel names hash slowly in pandas), then in name order as groupby("name").
     codes, names = factorize_names(under["name"])
     by_name = under["dur_us"].groupby(codes).sum()
@@ -144,6 +148,7 @@ def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
         "us_per_step": _r(under["dur_us"].sum() / a.n_steps),
         "median_blocks": _r(under["blocks"].median(), 0),
         "sm_count": sm_count,
+        "saving_by_family_us": {str(fam): _r(float(v)) for fam, v in by_family.sort_values(ascending=False).items()},
     }
     return make_finding(rule, a, message, evidence, per_step)
 

@@ -16,7 +16,7 @@ from gpuadvisor.analysis.linking import assign_steps, match_names, step_windows
 from gpuadvisor.analysis.operators import kernels_launched, operator_inputs, operator_parents, tensor_dims
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
-from gpuadvisor.rules.engine import MEASURED_ALTERNATIVE, ROOF, Finding, Rule, SkipRule, detector, make_finding
+from gpuadvisor.rules.engine import MEASURED_ALTERNATIVE, ROOF, Finding, Rule, SkipRule, detector, make_finding, retimer
 
 _SIXTEEN_BIT = {"c10::Half", "c10::BFloat16", "half", "bfloat16"}
 _FP32 = {"float", "c10::Float"}
@@ -477,6 +477,26 @@ def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
         f"{rule.threshold('launch_us'):.0f} µs",
     }
     return make_finding(rule, a, message, evidence, saving)
+
+
+@retimer("optimizer_loop")
+def optimizer_loop_timed(
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None
+) -> tuple[float, str | None]:
+    """The region's wall time is host time (a Python loop of launches), which the profiler's per-op overhead
+    stretches: scaled by timed / profiled step, minus the fused update as before."""
+    evidence = finding.setdefault("evidence", {})
+    region = evidence.get("region_us_per_step")
+    fused = evidence.get("fused_estimate_us") or 0.0
+    if not region or not profiled_us or profiled_us <= timed_us:
+        return finding.get("estimated_saving_us_per_step") or 0.0, None
+    region_timed = float(region) * timed_us / profiled_us
+    evidence["region_timed_us_per_step"] = _r(region_timed)
+    saving = max(0.0, region_timed - float(fused))
+    return saving, (
+        f"Timed without the profiler the step takes {timed_us:,.0f} µs (profiled {profiled_us:,.0f} µs), so the "
+        f"region takes about {region_timed:,.0f} µs of it and a fused update would save about {saving:,.0f} µs."
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
