@@ -100,3 +100,25 @@ def test_the_optimizer_loop_is_re_derived_against_the_timed_step():
     # A timed step no shorter than the profiled one keeps the profiled figure.
     again = copy.deepcopy(by_rule["GA204"])
     assert retime_saving(again, rule, profiled * 1.1, profiled) == pytest.approx(again["estimated_saving_us_per_step"])
+
+
+def test_a_tf32_gpu_allows_another_convolution_algorithm_four_times_the_original_s_float64_error():
+    torch = pytest.importorskip("torch")
+    from gpuadvisor.fixes.numerics import REFERENCE_FACTOR, TF32_REFERENCE_FACTOR, _judge
+
+    gen = torch.Generator().manual_seed(0)
+    exact = torch.randn(4096, dtype=torch.float64, generator=gen)
+    noise = torch.randn(4096, dtype=torch.float64, generator=gen)
+    other = torch.randn(4096, dtype=torch.float64, generator=gen)
+    original = (exact + 1e-3 * noise * exact.norm() / noise.norm()).float()  # 1e-3 from float64
+    patched = (exact + 3e-3 * other * exact.norm() / other.norm()).float()  # 3e-3: another algorithm's error
+    trial = {"outputs": ([("output", original)], [("output", patched)], [("output", exact)]), "state": ([], [], [])}
+    strict = _judge("model", [trial], True, "float32", None, True, REFERENCE_FACTOR)
+    tf32 = _judge("model", [trial], True, "float32", None, True, TF32_REFERENCE_FACTOR)
+    assert not strict.passed and tf32.passed
+    assert tf32.bound == pytest.approx(TF32_REFERENCE_FACTOR * tf32.reference_error)
+    assert "bound max(4 x" in tf32.detail and "bound max(2 x" in strict.detail
+    # A tensor scaled by 1.01 stays caught by the scale check, whatever the factor.
+    scaled = (exact * 1.01).float()
+    wrong = {"outputs": ([("output", original)], [("output", scaled)], [("output", exact)]), "state": ([], [], [])}
+    assert not _judge("model", [wrong], True, "float32", None, True, TF32_REFERENCE_FACTOR).passed
