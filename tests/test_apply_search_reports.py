@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuadvisor.apply import combined_saving, fix_covers
+from gpuadvisor.fixes.coverage import combined_saving, fix_covers
 from gpuadvisor.report.apply_sections import render_apply_markdown, search_table
 
 REPORTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "real_auto_reports"
@@ -29,6 +29,14 @@ def test_the_kept_candidate_is_what_the_report_applied_and_beat_every_other(name
     search = r["search"]
     applied = [f["fix_id"] for f in r["fixes"] if f["status"] == "applied"]
     kept = [row for row in search["candidates"] if row["status"] == "kept"]
+    if not kept:
+        # Nothing paid (hf_resnet_train): nothing is applied, and every timed candidate says why it lost.
+        assert applied == [] and r["speedup"]["ci_low"] <= 1.0 <= r["speedup"]["ci_high"]
+        timed = [row for row in search["candidates"] if row["step_us"] is not None]
+        for row in timed:
+            assert row["status"] == "slower" and "not 2% faster" in row["why"]
+            assert row["step_us"] > 0.98 * search["original_us"]
+        return
     assert len(kept) == 1 and kept[0]["applied"] == applied
     assert kept[0]["step_us"] < search["original_us"]
     for row in search["candidates"]:
@@ -47,7 +55,8 @@ def test_the_search_renders_one_row_per_candidate_and_the_original(name):
     assert len(table.rows) == len(r["search"]["candidates"]) + 1
     assert table.rows[-1][1] == "original"
     markdown = render_apply_markdown(r)
-    assert "## Search (--fix auto)" in markdown and "| kept |" in markdown
+    assert "## Search (--fix auto)" in markdown
+    assert ("| kept |" in markdown) == any(row["status"] == "kept" for row in r["search"]["candidates"])
 
 
 def test_bert_compile_wins_where_the_graph_is_refused_and_its_prediction_is_ga101():
