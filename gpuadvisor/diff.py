@@ -37,6 +37,7 @@ from gpuadvisor.analysis.timeline import median_step_time_us, step_breakdown
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.report.formatting import MISSING, format_count, format_us
 from gpuadvisor.report.sections import Column, Table, distinct_short_names
+from gpuadvisor.textsafe import escape_control
 from gpuadvisor.trace.kineto import load_trace
 from gpuadvisor.trace.model import Trace
 
@@ -196,8 +197,10 @@ def diff_paths(
         trace, rank_notes = pick_rank(load_trace(path), rank, path)
         traces.append(trace)
         notes += rank_notes
-    result = diff_traces(*traces, top=top, labels=(str(base), str(current)))
-    result["notes"] = notes + result["notes"]
+    labels = (escape_control(str(base)), escape_control(str(current)))  # paths are shown: no control characters
+    with np.errstate(all="ignore"):  # a 1e308 timestamp overflows to inf, which the rows treat as unknown
+        result = diff_traces(*traces, top=top, labels=labels)
+    result["notes"] = [escape_control(n) for n in notes] + result["notes"]
     return result
 
 
@@ -280,7 +283,7 @@ def render_terminal(result: dict[str, Any], console: Any) -> None:
     """The diff on a rich console: both sides, totals, then the two tables."""
     from rich.text import Text
 
-    from gpuadvisor.report.terminal import _rich_table
+    from gpuadvisor.report.terminal import rich_table
 
     console.print(Text(f"gpuadvisor diff  {result['base']['path']} → {result['current']['path']}", style="bold"))
     console.print(Text(f"Base     {_side_line(result['base'])}"))
@@ -292,7 +295,7 @@ def render_terminal(result: dict[str, Any], console: Any) -> None:
     name_chars = max(16, min(60, width - 62))
     for key in ("gpu", "cpu_ops"):
         if result[key]["rows"]:
-            console.print(_rich_table(section_table(result, key, name_chars), {"Status": STATUS_STYLES}))
+            console.print(rich_table(section_table(result, key, name_chars), {"Status": STATUS_STYLES}))
             console.print()
     for note in result["notes"]:
         console.print(Text(f"note: {note}", style="dim"))

@@ -14,8 +14,12 @@ class GpuAdvisorError(Exception):
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, message: str):
-        # The CLI prints exactly one line: fold any newline a caller or library put in the text.
-        super().__init__(" ".join(str(message).split()))
+        # The CLI prints exactly one line: fold any newline a caller or library put in the text. A message quotes
+        # input (a path, a rule's id, a kernel name): its control characters are escaped (gpuadvisor.textsafe), so
+        # an error line cannot carry ESC or BEL to the terminal.
+        from gpuadvisor.textsafe import escape_control
+
+        super().__init__(escape_control(" ".join(str(message).split())))
 
 
 class BadInputError(GpuAdvisorError):

@@ -33,14 +33,19 @@ def analyze_trace_object(
     device = trace.device
     calibration = load_calibration(device.name) if device is not None else None  # `gpuadvisor calibrate`'s cache
     peaks = lookup_peaks(device, peaks_file, calibration=calibration)
-    analysis = analyze_trace(trace, peaks)
-    if all_ranks is not None and len(all_ranks.ranks) > 1:
-        from gpuadvisor.analysis.distributed import distributed_analysis
+    import numpy as np
 
-        analysis.distributed = distributed_analysis(all_ranks, {trace.ranks[0]: analysis.steps})
-        analysis.notes.extend(analysis.distributed.notes)
-    findings, skipped = run_rules(analysis, rules)
-    return build_report(analysis, findings, skipped, command=command, env=env)
+    # A trace's zero-length kernels or 1e308 timestamps give NaN and inf shares, which the analyses and the
+    # report treat as unknown: numpy's warnings about them are not the user's business on a successful run.
+    with np.errstate(all="ignore"):
+        analysis = analyze_trace(trace, peaks)
+        if all_ranks is not None and len(all_ranks.ranks) > 1:
+            from gpuadvisor.analysis.distributed import distributed_analysis
+
+            analysis.distributed = distributed_analysis(all_ranks, {trace.ranks[0]: analysis.steps})
+            analysis.notes.extend(analysis.distributed.notes)
+        findings, skipped = run_rules(analysis, rules)
+        return build_report(analysis, findings, skipped, command=command, env=env)
 
 
 def analyze_path(path: str | Path, *, peaks_file=None, rules_dir=None, rank: int | None = None) -> dict[str, Any]:

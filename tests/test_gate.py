@@ -463,7 +463,7 @@ def test_cli_bad_reports_are_one_line_errors(cli, tmp_path: Path, label: str) ->
 def test_cli_missing_report_is_a_one_line_error(cli, tmp_path: Path) -> None:
     good = tmp_path / "good.json"
     good.write_text(json.dumps(make_report(draw(0)[0])))
-    assert_one_line_error(cli("compare", good, tmp_path / "nosuch.json"), "not found", "nosuch.json")
+    assert_one_line_error(cli("compare", good, tmp_path / "nosuch.json"), "no such file", "nosuch.json")
 
 
 def test_cli_appends_markdown_to_github_step_summary(cli, tmp_path: Path, monkeypatch) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpuadvisor.device import peaks as peaks_mod
+from gpuadvisor import inputs as inputs_mod
 from gpuadvisor.device.peaks import (
     DTYPE_KEYS,
     DevicePeaks,
@@ -348,7 +348,7 @@ def test_override_with_only_a_name_leaves_unknown_gpu_unknown(tmp_path):
 @pytest.mark.parametrize(
     ("filename", "content", "needle"),
     [
-        ("bad.toml", "hbm_tb_per_s = = 4\n", "not valid TOML"),
+        ("bad.toml", "hbm_tb_per_s = = 4\n", "invalid TOML"),
         ("bad.json", '{"hbm_tb_per_s": 4,,}', "not valid JSON"),
         ("neg.toml", "hbm_tb_per_s = -4.8\n", "hbm_tb_per_s"),
         ("zero.toml", "[tflops]\nbf16 = 0\n", "tflops.bf16"),
@@ -384,7 +384,7 @@ def test_missing_and_unreadable_override(tmp_path):
     with pytest.raises(BadInputError, match="no such file") as err:
         lookup_peaks(None, override=tmp_path / "nope.toml")
     assert str(tmp_path / "nope.toml") in str(err.value)
-    with pytest.raises(BadInputError, match="not a file"):
+    with pytest.raises(BadInputError, match="a directory, not a regular file"):
         read_peaks_file(tmp_path)
     binary = tmp_path / "bin.toml"
     binary.write_bytes(b"\xff\xfe\x00bad")
@@ -393,7 +393,7 @@ def test_missing_and_unreadable_override(tmp_path):
 
 
 def test_toml_without_a_toml_reader(tmp_path, monkeypatch):
-    monkeypatch.setattr(peaks_mod, "_load_toml", lambda text: None)
+    monkeypatch.setattr(inputs_mod, "_toml_module", lambda: None)
     f = tmp_path / "p.toml"
     f.write_text("hbm_tb_per_s = 4\n")
     with pytest.raises(BadInputError, match="tomli"):

@@ -47,7 +47,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -619,34 +618,17 @@ _OVERRIDE_KEYS = (
 )
 
 
-def _load_toml(text: str) -> Any:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on Python 3.10 only
-        try:
-            import tomli as tomllib
-        except ImportError:
-            return None
-    return tomllib.loads(text)
-
-
 def _parse_document(path: Path, text: str) -> Any:
+    """The peaks document, decoded with the guards of :mod:`gpuadvisor.inputs` (nesting at most 200 deep,
+    integers within 64 bits): every problem is one line naming the file."""
+    from gpuadvisor.inputs import decode_json, decode_toml
+
     suffix = path.suffix.lower()
     as_json = suffix == ".json" or (suffix != ".toml" and text.lstrip().startswith("{"))
+    where = f"peaks file {path}"
     if as_json:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadInputError(f"peaks file {path}: not valid JSON: {exc}") from None
-    try:
-        doc = _load_toml(text)
-    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
-        raise BadInputError(f"peaks file {path}: not valid TOML: {exc}") from None
-    if doc is None:
-        raise BadInputError(
-            f"peaks file {path}: reading TOML needs Python 3.11+ or the 'tomli' package; install it or use JSON"
-        )
-    return doc
+        return decode_json(text, where, allow_nan=True)  # NaN and Infinity: _positive names the key
+    return decode_toml(text, where)
 
 
 def _positive(path: Path, key: str, value: Any, scale: float = 1.0) -> float:
@@ -679,18 +661,11 @@ def read_peaks_file(path: str | Path) -> PeaksOverride:
     ``host_link_gb_per_s``; ``sm_count``; ``references`` (list of strings). Any problem raises
     :class:`BadInputError` with a one-line message naming the file and the key.
     """
-    p = Path(path)
-    try:
-        if not p.is_file():
-            raise BadInputError(f"peaks file {p}: no such file" if not p.exists() else f"peaks file {p}: not a file")
-        if p.stat().st_size > _MAX_PEAKS_FILE_BYTES:
-            raise BadInputError(f"peaks file {p}: larger than {_MAX_PEAKS_FILE_BYTES} bytes, not a peaks file")
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInputError(f"peaks file {p}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise BadInputError(f"peaks file {p}: not UTF-8 text") from None
+    from gpuadvisor.inputs import read_text
+    from gpuadvisor.textsafe import escape_control
 
+    p = Path(path)
+    text = read_text(p, "peaks", _MAX_PEAKS_FILE_BYTES)  # a regular file, bounded: one line for any problem
     doc = _parse_document(p, text)
     if not isinstance(doc, dict):
         raise BadInputError(f"peaks file {p}: the top level must be a table/object of keys")
@@ -703,7 +678,7 @@ def read_peaks_file(path: str | Path) -> PeaksOverride:
         if key in doc:
             if not isinstance(doc[key], str) or not doc[key].strip():
                 raise BadInputError(f"peaks file {p}: {key} must be a non-empty string")
-            setattr(out, key, doc[key].strip())
+            setattr(out, key, escape_control(doc[key].strip()))  # shown in every report: no control characters
     out.hbm_bytes_per_s = _rate(p, doc, "hbm_bytes_per_s", "hbm_tb_per_s", _TERA)
     out.host_link_bytes_per_s = _rate(p, doc, "host_link_bytes_per_s", "host_link_gb_per_s", _GIGA)
 
@@ -731,7 +706,7 @@ def read_peaks_file(path: str | Path) -> PeaksOverride:
         refs = doc["references"]
         if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
             raise BadInputError(f"peaks file {p}: references must be a list of strings")
-        out.references = list(refs)
+        out.references = [escape_control(r) for r in refs]
     return out
 
 

@@ -5,6 +5,11 @@ metric, with ``Metric Name``/``Metric Unit``/``Metric Value`` columns) and the `
 per launch, one column per metric, a units row under the header). Numbers may carry thousands separators.
 Standard library only: no pandas.
 
+Hostile or broken exports are one-line errors (exit 2): a field over :data:`MAX_FIELD_CHARS` characters, a NUL
+byte, a ``Metric Name`` column without ``Metric Value``, a units row shorter than the header. Counters that are
+not finite numbers (``inf``, ``1e400``) read as missing (JSON ``null``, never ``Infinity``), and kernel names keep
+no control characters (escaped, :mod:`gpuadvisor.textsafe`).
+
 Per kernel name, summed over its profiled launches (``kernel_table``):
 
 ``kernel``                             the name Nsight Compute reports
@@ -27,11 +32,17 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 from gpuadvisor.errors import BadInputError
+from gpuadvisor.textsafe import escape_control
+
+# Longest CSV field accepted: the csv module's own limit. A kernel name of a heavily templated C++ kernel is a few
+# thousand characters; a field past this is not an export of Nsight Compute.
+MAX_FIELD_CHARS = 131_072
 
 METRICS = {
     "ld_instructions": "smsp__inst_executed_op_shared_ld.sum",
@@ -61,36 +72,44 @@ def _number(text: str) -> float | None:
     if not text or text.lower() in ("n/a", "nan", "-"):
         return None
     try:
-        return float(text)
+        number = float(text)
     except ValueError:
         return None
+    return number if math.isfinite(number) else None  # inf, 1e400: not a counter value (JSON null)
 
 
-def _csv_rows(text: str) -> list[list[str]]:
+def _csv_rows(text: str, source: str = "CSV") -> list[list[str]]:
     # ncu mixes its own "==PROF==" lines and the program's output into the same stream: keep the CSV rows.
     lines = [line for line in text.splitlines() if line.startswith('"')]
-    return list(csv.reader(io.StringIO("\n".join(lines))))
+    reader = csv.reader(io.StringIO("\n".join(lines)))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # a field past csv.field_size_limit() (131,072 characters), a NUL byte
+        raise BadInputError(f"{source}: not a CSV that Nsight Compute writes (line {reader.line_num}: {exc})") from None
+    return rows
 
 
 def parse_csv(text: str, source: str = "CSV") -> list[dict[str, Any]]:
     """One dict per profiled launch: id, kernel, block, grid, metrics {name: value in base units, time in µs}."""
-    rows = _csv_rows(text)
+    rows = _csv_rows(text, source)
     if not rows:
         raise BadInputError(f"{source}: no Nsight Compute CSV rows (expected the output of `ncu --csv`)")
     header = rows[0]
     column = {name: i for i, name in enumerate(header)}
     if "Kernel Name" not in column:
         raise BadInputError(f"{source}: no 'Kernel Name' column: not an Nsight Compute CSV export")
+    if "Metric Name" in column and "Metric Value" not in column:
+        raise BadInputError(f"{source}: a 'Metric Name' column without 'Metric Value': not an Nsight Compute export")
     launches: dict[str, dict[str, Any]] = {}
 
     def launch_for(row: list[str]) -> dict[str, Any]:
         key = row[column["ID"]] if "ID" in column else str(len(launches))
         if key not in launches:
             launches[key] = {
-                "id": key,
-                "kernel": row[column["Kernel Name"]],
-                "block": row[column["Block Size"]] if "Block Size" in column else "",
-                "grid": row[column["Grid Size"]] if "Grid Size" in column else "",
+                "id": escape_control(key),
+                "kernel": escape_control(row[column["Kernel Name"]]),
+                "block": escape_control(row[column["Block Size"]]) if "Block Size" in column else "",
+                "grid": escape_control(row[column["Grid Size"]]) if "Grid Size" in column else "",
                 "metrics": {},
             }
         return launches[key]
@@ -102,7 +121,12 @@ def parse_csv(text: str, source: str = "CSV") -> list[dict[str, Any]]:
             unit = row[column["Metric Unit"]] if "Metric Unit" in column else ""
             launch_for(row)["metrics"][row[column["Metric Name"]]] = _convert(row[column["Metric Value"]], unit)
         return list(launches.values())
-    units = rows[1] if len(rows) > 1 and "ID" in column and not rows[1][column["ID"]].strip() else None
+    second = rows[1] if len(rows) > 1 else []
+    units = second if "ID" in column and len(second) > column["ID"] and not second[column["ID"]].strip() else None
+    if units is not None and len(units) < len(header):
+        raise BadInputError(
+            f"{source}: the units row has {len(units)} fields, the header {len(header)}: not an Nsight Compute export"
+        )
     for row in rows[2 if units else 1 :]:
         if len(row) < len(header):
             continue
@@ -118,7 +142,8 @@ def _convert(value: str, unit: str) -> float | None:
     if number is None:
         return None
     factor = _TIME_TO_US.get(unit.strip().lower())
-    return number * factor if factor else number
+    number = number * factor if factor else number
+    return number if math.isfinite(number) else None
 
 
 def kernel_table(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,19 +186,19 @@ def kernel_table(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[f"{op}_ideal_wavefronts"] = ideal
             row[f"{op}_excess_ratio"] = round(wavefronts / ideal, 3) if ideal else None
         row["duration_us"] = round(row.get("duration_us", 0.0), 3)
+        for key, value in row.items():  # sums of huge counters can overflow: unknown (null), never Infinity
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = None
         table.append(row)
-    table.sort(key=lambda r: -r["duration_us"])
+    table.sort(key=lambda r: -(r["duration_us"] or 0.0))
     return table
 
 
 def load_csv(path: Path) -> list[dict[str, Any]]:
-    """The per-kernel table of an ncu CSV file."""
-    if not path.is_file():
-        raise BadInputError(f"{path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise BadInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    """The per-kernel table of an ncu CSV file: a regular file of at most 256 MiB (:mod:`gpuadvisor.inputs`)."""
+    from gpuadvisor.inputs import read_bytes
+
+    text = read_bytes(path, "csv").decode("utf-8", errors="replace")
     return kernel_table(parse_csv(text, str(path)))
 
 
@@ -199,13 +224,16 @@ def bank_conflicts_measured(measured: dict[str, Any], rule) -> list:
                 continue
             wavefronts = row[f"{op}_wavefronts"]
             ideal = row[f"{op}_ideal_wavefronts"]
+            if wavefronts is None or ideal is None:  # a counter too large to add up (null)
+                continue
             excess = wavefronts - ideal
             pipe = row.get("shared_pipe_pct")
-            saving = row["duration_us"] * (pipe / 100.0) * (excess / wavefronts) / steps if pipe else 0.0
+            duration = row["duration_us"] or 0.0
+            saving = duration * (pipe / 100.0) * (excess / wavefronts) / steps if pipe else 0.0
             message = (
                 f"{row['kernel']}: shared {label} take {wavefronts:,.0f} wavefronts where {ideal:,.0f} would do "
                 f"({ratio:g}x; {row[f'{op}_wavefronts_per_instruction']:g} per instruction; {excess:,.0f} are "
-                f"bank-conflict replays). The kernel ran {row['duration_us']:,.1f} µs over "
+                f"bank-conflict replays). The kernel ran {duration:,.1f} µs over "
                 f"{row['launches']} launch(es), {row['time_share_pct']}% of the profiled GPU time."
             )
             evidence = {

@@ -26,6 +26,7 @@ from typing import Any
 from gpuadvisor import __version__
 from gpuadvisor.errors import BadInputError, UserCodeError
 from gpuadvisor.ncu.counters import METRICS, kernel_table, load_csv, parse_csv, short_name
+from gpuadvisor.textsafe import escape_control
 
 # Nsight Compute replays each kernel several times to collect counters (about 0.1-1 s per launch); a decode step
 # launches hundreds of kernels, so the run stops after this many profiled launches unless told otherwise.
@@ -143,7 +144,7 @@ def build_report(
     report: dict[str, Any] = {
         "tool": {"name": "gpuadvisor", "version": __version__},
         "command": "ncu",
-        "source": source,
+        "source": escape_control(source),  # a path: shown, so no control characters (as the kernel names)
         "ncu_command": command,
         "steps": steps,
         "metrics": dict(METRICS),
@@ -180,6 +181,11 @@ def model_report(
     return report, raw
 
 
+def _count(value: Any, digits: int = 0) -> str:
+    """A counter as text; a missing one (a value no float holds, read as null) as a dash."""
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
 def _ratio(row: dict, op: str) -> str:
     value = row.get(f"{op}_excess_ratio")
     return "—" if value is None else f"{value:.2f}x"
@@ -195,11 +201,12 @@ def render_markdown(report: dict[str, Any], top: int = 20) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in report["kernels"][:top]:
+        name = short_name(row["kernel"]).replace("`", "'").replace("|", "\\|")
         lines.append(
-            f"| `{short_name(row['kernel'])}` | {row['launches']} | {row['duration_us']:,.1f} | "
-            f"{row['time_share_pct']} | {row.get('ld_instructions', 0):,.0f} | "
-            f"{row.get('ld_wavefronts_per_instruction') or '—'} | {row.get('ld_bank_conflicts', 0):,.0f} | "
-            f"{_ratio(row, 'ld')} | {row.get('st_instructions', 0):,.0f} | "
+            f"| `{name}` | {row['launches']} | {_count(row['duration_us'], 1)} | "
+            f"{row['time_share_pct']} | {_count(row.get('ld_instructions', 0))} | "
+            f"{row.get('ld_wavefronts_per_instruction') or '—'} | {_count(row.get('ld_bank_conflicts', 0))} | "
+            f"{_ratio(row, 'ld')} | {_count(row.get('st_instructions', 0))} | "
             f"{row.get('st_wavefronts_per_instruction') or '—'} | {_ratio(row, 'st')} |"
         )
     lines += ["", "## Findings", ""]
@@ -211,10 +218,12 @@ def render_markdown(report: dict[str, Any], top: int = 20) -> str:
 
 
 def render_terminal(report: dict[str, Any], console, top: int = 10) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(
-        f"[bold]gpuadvisor {__version__} ncu[/bold]  {report['source']} · {len(report['kernels'])} kernel(s) profiled"
+        f"[bold]gpuadvisor {__version__} ncu[/bold]  {escape(report['source'])} · {len(report['kernels'])} "
+        "kernel(s) profiled"
     )
     table = Table(title="Shared memory per kernel (summed over profiled launches)", title_justify="left")
     for column in (
@@ -232,14 +241,14 @@ def render_terminal(report: dict[str, Any], console, top: int = 10) -> None:
         table.add_column(column, overflow="fold", justify="left" if column == "kernel" else "right")
     for row in report["kernels"][:top]:
         table.add_row(
-            short_name(row["kernel"], 48),
+            escape(short_name(row["kernel"], 48)),
             str(row["launches"]),
-            f"{row['duration_us']:,.1f}",
+            _count(row["duration_us"], 1),
             f"{row['time_share_pct']}",
-            f"{row.get('ld_instructions', 0):,.0f}",
+            _count(row.get("ld_instructions", 0)),
             f"{row.get('ld_wavefronts_per_instruction') or '—'}",
             _ratio(row, "ld"),
-            f"{row.get('st_instructions', 0):,.0f}",
+            _count(row.get("st_instructions", 0)),
             f"{row.get('st_wavefronts_per_instruction') or '—'}",
             _ratio(row, "st"),
         )
@@ -247,7 +256,7 @@ def render_terminal(report: dict[str, Any], console, top: int = 10) -> None:
     if not report["findings"]:
         console.print("No kernel's shared wavefronts exceed the ideal by GA502's threshold.")
     for finding in report["findings"]:
-        console.print(f"[bold]{finding['rule_id']}[/bold] {finding['message']}")
+        console.print(f"[bold]{finding['rule_id']}[/bold] {escape(finding['message'])}")
 
 
 def _run_in_own_group(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpuadvisor.scan.interpret import Interpreter, KernelContext, Parser, Site
+from gpuadvisor.scan.interpret import Interpreter, KernelContext, Parser, Site, WorkBudget
 from gpuadvisor.scan.source import CudaUnit, Kernel, Preprocessed, Token, find_kernels, preprocess
 
 # The block shape when neither a hint, --block-dim nor __launch_bounds__ gives one: 256 threads, the most
@@ -35,6 +35,7 @@ class KernelResult:
     block_dim_source: str
     accesses: list = field(default_factory=list)  # dicts, see report.ACCESS_KEYS
     notes: list = field(default_factory=list)
+    not_interpreted: str | None = None  # why the kernel was not interpreted at all (the file's budget was spent)
 
 
 def parse_block_dim(text: str) -> tuple[int, int, int]:
@@ -48,8 +49,9 @@ def parse_block_dim(text: str) -> tuple[int, int, int]:
     return dims[0], dims[1], dims[2]
 
 
-def resolve_block_dim(kernel: Kernel, override: tuple | None) -> tuple[tuple, str]:
-    """The block shape to model and where it came from."""
+def resolve_block_dim(kernel: Kernel, override: tuple | None, read_body: bool = True) -> tuple[tuple, str]:
+    """The block shape to model and where it came from (``read_body`` False: without looking for threadIdx.y in
+    the body, for a kernel that is not interpreted)."""
     hint = kernel.hints.get("blockDim") or kernel.hints.get("blockdim") or kernel.hints.get("block_dim")
     if hint:
         try:
@@ -58,7 +60,9 @@ def resolve_block_dim(kernel: Kernel, override: tuple | None) -> tuple[tuple, st
             pass
     if override is not None:
         return override, "--block-dim"
-    uses = " ".join(t.text for t in kernel.body)
+    if not read_body and not kernel.launch_bounds:
+        return DEFAULT_BLOCK_1D, "not resolved (the kernel was not interpreted)"
+    uses = " ".join(t.text for t in kernel.load_body())
     uses_z = "threadIdx . z" in uses
     uses_y = "threadIdx . y" in uses or "blockDim . y" in uses
     if kernel.launch_bounds:
@@ -79,15 +83,20 @@ def _file_statement_tokens(pre: Preprocessed, kernels: list[Kernel]) -> list[Tok
     statement: list[Token] = []
     depth = 0
     for token in pre.tokens:
-        if token.text == "{":
+        text = token.text
+        if depth:  # inside a function or a block: only the braces matter (most tokens of a file are here)
+            if text == "{":
+                depth += 1
+            elif text == "}":
+                depth -= 1
+            continue
+        if text == "{":
             depth += 1
             statement = []
             continue
-        if token.text == "}":
+        if text == "}":
             depth -= 1
             statement = []
-            continue
-        if depth:
             continue
         if token.text == ";":
             texts = [t.text for t in statement]
@@ -106,19 +115,39 @@ def _file_statement_tokens(pre: Preprocessed, kernels: list[Kernel]) -> list[Tok
     return out
 
 
-def scan_unit(unit: CudaUnit, block_dim_override: tuple | None) -> tuple[list[KernelResult], list[str]]:
-    """Scan one piece of CUDA text. Raises SourceSkipped for text the scan cannot read."""
+def scan_unit(
+    unit: CudaUnit, block_dim_override: tuple | None, budget: WorkBudget | None = None
+) -> tuple[list[KernelResult], list[str]]:
+    """Scan one piece of CUDA text, spending at most ``budget`` (the file's: one per file, shared by the pieces
+    of a Python file; a new one when None). Raises SourceSkipped for text the scan cannot read."""
     pre = preprocess(unit.text, unit.line_offset)
     kernels, _ = find_kernels(pre)
     file_tokens = _file_statement_tokens(pre, kernels)
-    results = [scan_kernel(unit.path, kernel, file_tokens, block_dim_override) for kernel in kernels]
+    budget = budget if budget is not None else WorkBudget()
+    results = []
+    for kernel in kernels:
+        if budget.spent:  # not even parsed: a file of 15,000 kernels costs its budget, not 15,000 parses
+            block_dim, source = resolve_block_dim(kernel, block_dim_override, read_body=False)
+            result = KernelResult(unit.path, kernel.name, kernel.line, block_dim, source)
+            budget.spent_reason = budget.spent_reason or budget.stop_reason()
+            result.not_interpreted = f"not interpreted: {budget.spent_reason}"
+            results.append(result)
+            continue
+        results.append(scan_kernel(unit.path, kernel, file_tokens, block_dim_override, budget))
     return results, list(pre.notes)
 
 
-def scan_kernel(path: str, kernel: Kernel, file_tokens: list[Token], override: tuple | None) -> KernelResult:
+def scan_kernel(
+    path: str,
+    kernel: Kernel,
+    file_tokens: list[Token],
+    override: tuple | None,
+    budget: WorkBudget | None = None,
+) -> KernelResult:
     block_dim, source = resolve_block_dim(kernel, override)
     result = KernelResult(path, kernel.name, kernel.line, block_dim, source)
-    tokens = file_tokens + list(kernel.body)
+    kernel_budget = (budget if budget is not None else WorkBudget()).for_kernel()
+    tokens = file_tokens + list(kernel.load_body())
     parser = Parser(tokens)
     file_statements = []
     while parser.i < len(file_tokens):
@@ -143,18 +172,29 @@ def scan_kernel(path: str, kernel: Kernel, file_tokens: list[Token], override: t
         ctx = KernelContext(
             kernel.params, kernel.template_params, block_dim, samples, constants, file_statements, tokens
         )
-        interpreter = Interpreter(body, ctx)
+        interpreter = Interpreter(body, ctx, kernel_budget)
         interpreter.run()
         runs.append(interpreter)
-    first, second = runs
+        if interpreter.cut_short:  # the second run would find nothing the first did not
+            break
+    kernel_budget.close()
+    if budget is not None and kernel_budget.spent_reason and not budget.spent_reason and budget.spent:
+        budget.spent_reason = kernel_budget.spent_reason
+    cut_short = next((run.cut_short for run in runs if run.cut_short), None)
+    first = runs[0]
+    second = runs[1] if len(runs) > 1 else None
     sampled = [n for n, p in kernel.params if not p and n in body_words and n not in constants]
     sampled += [n for n in kernel.template_params if n in body_words and n not in constants]
     sampled += [f"{v}.{a}" for v in ("blockIdx", "gridDim") for a in "xyz" if v in body_words]
     result.notes.extend(first.notes)
     arrays_with_fix = _fixes(first.sites)
     for key, site in sorted(first.sites.items(), key=lambda item: (item[1].line, item[0])):
-        other = second.sites.get(key)
         unknown = list(site.unknown)
+        if cut_short:
+            unknown.append(f"interpretation cut short ({cut_short}): not every warp and iteration was modeled")
+            result.accesses.append(_access_dict(path, kernel.name, site, unknown, block_dim, source, arrays_with_fix))
+            continue
+        other = second.sites.get(key)
         if other is None or other.degree != site.degree or other.worst_degree != site.worst_degree:
             names = ", ".join(dict.fromkeys(sampled)) or "values known only at run time"
             a = f"{site.degree:.1f}" if site.degree is not None else "?"
@@ -276,6 +316,10 @@ def kernel_summary(result: KernelResult) -> dict:
         "block_dim": list(result.block_dim),
         "block_dim_source": result.block_dim_source,
     }
+    if result.not_interpreted:
+        for kind in ("load", "store"):
+            summary[kind] = {"verdict": "unknown", "degree": None, "reason": result.not_interpreted}
+        return summary
     for kind in ("load", "store"):
         sites = [a for a in result.accesses if a["kind"] == kind]
         if not sites:

@@ -10,10 +10,17 @@ byte addresses, which :mod:`gpuadvisor.scan.banks` turns into wavefronts.
 Runtime values the source cannot give (scalar kernel arguments, ``blockIdx``, ``gridDim``, template
 parameters) are *sampled*: the kernel is interpreted twice with different sample values, and an access whose
 conflict degree changes between the two is reported as unknown ("depends on runtime values"), never as clean.
+
+Work is bounded per kernel and per file (:class:`WorkBudget`): every statement executed and every expression
+evaluated costs a unit, a shared-memory access :data:`RECORD_COST` units; a kernel may spend
+:data:`KERNEL_WORK_UNITS` (both sample runs together), a file :data:`FILE_WORK_UNITS` over all its kernels, and
+:data:`FILE_TIME_BUDGET_S` of wall-clock time as a backstop. An interpretation cut short reports its accesses as
+unknown, with the reason; a kernel reached after the file's budget is spent is not interpreted (unknown too).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from gpuadvisor.scan.banks import WARP_SIZE, warp_wavefronts
@@ -25,9 +32,50 @@ FULL_MASK = (1 << WARP_SIZE) - 1
 MAX_LOOP_ITERATIONS = 64
 # A loop whose condition the scan cannot evaluate runs this many times (enough to see its update step).
 UNKNOWN_TRIP_ITERATIONS = 2
-# Statement executions per kernel run before the scan stops interpreting (a large unrolled GEMM stays well
-# under it; it bounds the time spent on one pathological kernel to about a second).
-MAX_STEPS = 200_000
+# The work budget (module docstring), in units: one per statement executed and per expression evaluated, and
+# RECORD_COST per shared-memory access recorded (its wavefronts are counted for the access and for both fixes).
+# Measured on a loaded 2-core machine: a unit costs ~3 us (a 200-byte kernel of three nested 32-trip loops, one
+# shared access each: 72 units and 0.22 ms per inner statement), so a kernel's budget is ~1.2 s there and a file's
+# ~3 s; every kernel of tests/scan_corpus/ takes under 10,000 units for both runs (at most 328 statements a run).
+RECORD_COST = 25
+KERNEL_WORK_UNITS = 400_000
+FILE_WORK_UNITS = 1_000_000
+FILE_TIME_BUDGET_S = 4.0
+
+
+class WorkBudget:
+    """Interpretation work left to one file (or one kernel of it: :meth:`for_kernel`), in units, and its
+    wall-clock deadline. ``spent_reason`` says why the work stopped once it has."""
+
+    def __init__(self, units: int = FILE_WORK_UNITS, seconds: float = FILE_TIME_BUDGET_S, parent=None):
+        self.left = units
+        self.units = units
+        self.deadline = time.monotonic() + seconds if parent is None else parent.deadline
+        self.parent = parent
+        self.spent_reason: str | None = None
+
+    def for_kernel(self) -> WorkBudget:
+        """A kernel's share: at most KERNEL_WORK_UNITS of what the file has left; :meth:`close` gives back the
+        unspent part."""
+        return WorkBudget(min(KERNEL_WORK_UNITS, max(self.left, 0)), parent=self)
+
+    def close(self) -> None:
+        if self.parent is not None:
+            self.parent.left -= self.units - max(self.left, 0)
+            self.units = max(self.left, 0)
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0 or time.monotonic() > self.deadline
+
+    def stop_reason(self) -> str:
+        """Why the work stopped now: the kernel's units, the file's units, or the file's time."""
+        if time.monotonic() > self.deadline:
+            return f"the file's scan time budget ({FILE_TIME_BUDGET_S:g} s) ran out"
+        if self.parent is not None and self.units < KERNEL_WORK_UNITS:
+            return f"the file's scan work budget ({FILE_WORK_UNITS:,} units) ran out"
+        return f"the kernel's scan work budget ({KERNEL_WORK_UNITS:,} units) ran out"
+
 
 TYPE_SIZES = {
     "bool": 1,
@@ -778,9 +826,11 @@ class KernelContext:
 class Interpreter:
     """Interprets a parsed kernel body for each warp of one block and collects :class:`Site` totals."""
 
-    def __init__(self, body: list[Node], ctx: KernelContext):
+    def __init__(self, body: list[Node], ctx: KernelContext, budget: WorkBudget | None = None):
         self.body = body
         self.ctx = ctx
+        self.budget = budget if budget is not None else WorkBudget(KERNEL_WORK_UNITS)
+        self.cut_short: str | None = None  # why the interpretation stopped before every warp was modeled
         self.sites: dict[tuple, Site] = {}
         self.notes: list[str] = []
         self.steps = 0
@@ -830,7 +880,9 @@ class Interpreter:
                 for stmt in self.body:
                     self.exec(stmt, active)
         except _Stop:
-            self.note(f"interpretation stopped after {MAX_STEPS:,} steps; the accesses seen by then are reported")
+            self.cut_short = self.budget.spent_reason or self.budget.stop_reason()
+            self.budget.spent_reason = self.cut_short
+            self.note(f"interpretation cut short after {self.steps:,} statements: {self.cut_short}")
 
     # statements
     def mask(self, mask: int) -> int:
@@ -841,7 +893,9 @@ class Interpreter:
 
     def exec(self, node: Node, mask: int) -> None:
         self.steps += 1
-        if self.steps > MAX_STEPS:
+        budget = self.budget
+        budget.left -= 1
+        if budget.left <= 0 or (not self.steps & 1023 and time.monotonic() > budget.deadline):
             raise _Stop
         m = self.mask(mask)
         if not m:
@@ -976,6 +1030,7 @@ class Interpreter:
         return value
 
     def ev(self, node: Node, mask: int):  # noqa: C901 - one branch per node kind reads best
+        self.budget.left -= 1
         kind = node.kind
         args = node.args
         if kind == "num":
@@ -1197,6 +1252,7 @@ class Interpreter:
         active = mask & self.alive
         if not active:
             return
+        self.budget.left -= RECORD_COST
         key = (node.pos, kind)
         site = self.sites.get(key)
         if site is None:

@@ -21,14 +21,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from gpuadvisor import __version__
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.scan.analyze import kernel_summary, scan_unit
+from gpuadvisor.scan.interpret import WorkBudget
 from gpuadvisor.scan.source import CUDA_SUFFIXES, PYTHON_SUFFIXES, SourceSkipped, units_of
+from gpuadvisor.textsafe import escape_control
 
 SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", "build", "dist"}
 VERDICT_ORDER = {"conflict": 0, "unknown": 1, "clean": 2}
@@ -39,9 +40,13 @@ def collect_files(paths: list[Path]) -> list[Path]:
     and build outputs skipped). A path that does not exist is bad input (exit 2)."""
     files: list[Path] = []
     for path in paths:
-        if not path.exists():
+        try:
+            exists, is_dir = path.exists(), path.is_dir()
+        except OSError as exc:  # a name too long, a path through a file
+            raise BadInputError(f"{path}: {exc.strerror or exc}") from None
+        if not exists:
             raise BadInputError(f"{path}: no such file or directory")
-        if path.is_dir():
+        if is_dir:
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
                 files.extend(Path(root) / n for n in sorted(names) if n.endswith(CUDA_SUFFIXES + PYTHON_SUFFIXES))
@@ -51,7 +56,8 @@ def collect_files(paths: list[Path]) -> list[Path]:
 
 
 def scan_paths(paths: list[Path], block_dim: tuple | None = None, rules_dir: Path | None = None) -> dict[str, Any]:
-    """Scan files and folders; raises BadInputError when a path is missing or nothing could be scanned."""
+    """Scan files and folders; raises BadInputError when a path is missing or nothing could be scanned (one line:
+    the first file's reason and how many others were skipped)."""
     files = collect_files(paths)
     if not files:
         raise BadInputError(f"no .cu, .cuh or .py files under {', '.join(str(p) for p in paths)}")
@@ -61,8 +67,11 @@ def scan_paths(paths: list[Path], block_dim: tuple | None = None, rules_dir: Pat
             units, unit_notes = units_of(path)
             notes.extend(unit_notes)
             count = 0
+            budget = WorkBudget()  # one per file, shared by its kernels (interpret.py, "Work is bounded")
+            not_interpreted = 0
             for unit in units:
-                results, pre_notes = scan_unit(unit, block_dim)
+                unit.path = escape_control(unit.path)
+                results, pre_notes = scan_unit(unit, block_dim, budget)
                 for note in pre_notes:
                     warnings.append(f"{path}: {note}; accesses that use it are reported unknown")
                 for result in results:
@@ -70,6 +79,10 @@ def scan_paths(paths: list[Path], block_dim: tuple | None = None, rules_dir: Pat
                     accesses.extend(result.accesses)
                     kernels.append(kernel_summary(result))
                     notes.extend(f"{path}: {result.name}: {n}" for n in result.notes)
+                    not_interpreted += result.not_interpreted is not None
+            if budget.spent_reason:
+                cut = f"; {not_interpreted} of {count} kernel(s) not interpreted" if not_interpreted else ""
+                warnings.append(f"{path}: {budget.spent_reason}{cut}: what was cut short is reported unknown")
             file_rows.append({"path": str(path), "kernels": count, "status": "scanned", "reason": None})
         except SourceSkipped as exc:
             warnings.append(f"{path}: {exc}")
@@ -88,6 +101,18 @@ def scan_paths(paths: list[Path], block_dim: tuple | None = None, rules_dir: Pat
         "warnings": warnings,
         "notes": list(dict.fromkeys(notes)),
     }
+    # Paths and reasons come from the file system and the files: no control character is shown (the accesses'
+    # file names and source text are escaped where they are read: units' paths below, tokens in source.py).
+    for key in ("warnings", "notes"):
+        result[key] = [escape_control(text) for text in result[key]]
+    for row in file_rows:
+        row["path"] = escape_control(row["path"])
+        row["reason"] = escape_control(row["reason"]) if row["reason"] else None
+    skipped = [row for row in file_rows if row["status"] != "scanned"]
+    if len(skipped) == len(file_rows):  # one line says it all: which file, why, and how many more
+        first = skipped[0]
+        more = f" (and {len(skipped) - 1} more file(s) skipped)" if len(skipped) > 1 else ""
+        raise BadInputError(f"no file could be scanned: {first['path']}: {first['reason']}{more}")
     from gpuadvisor.rules.engine import load_rules
 
     rules = [r for r in load_rules(rules_dir) if r.detector == "bank_conflicts_static"]
@@ -236,30 +261,12 @@ def to_json(scan: dict) -> str:
 
 
 def write_files_atomic(folder: Path, files: dict[str, str]) -> None:
-    """Write every file to a temporary name in ``folder`` first, then rename them all: an error or Ctrl-C
-    leaves no half-written file (and a folder this call created is removed again)."""
-    created = not folder.exists()
+    """``--out`` of scan and ncu: every file or none, through :func:`gpuadvisor.outputs.write_files` (temporary
+    files removed and the folders it made taken down after an error, a full disk or Ctrl-C). An OSError before
+    anything is written (a folder name over 255 bytes) is one line too."""
+    from gpuadvisor.outputs import write_files
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        write_files(Path(folder), files)
     except OSError as exc:
-        raise BadInputError(f"cannot create --out {folder}: {exc.strerror or exc}") from None
-    temps: list[tuple[str, Path]] = []
-    try:
-        for name, text in files.items():
-            fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            temps.append((temp, folder / name))
-        for temp, target in temps:
-            os.replace(temp, target)
-    except BaseException as exc:
-        for temp, _ in temps:
-            Path(temp).unlink(missing_ok=True)
-        if created:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
-        if isinstance(exc, OSError):
-            raise BadInputError(f"cannot write --out {folder}: {exc.strerror or exc}") from None
-        raise
+        raise BadInputError(f"cannot write to --out {folder}: {exc.strerror or exc}") from None

@@ -9,9 +9,11 @@ Most files take the faster route of :mod:`gpuadvisor.trace.columns` (byte-level 
 into numpy, half of a large trace in a forked worker); it gives the same tables, and hands the files it
 cannot vouch for (odd field types, bare arrays, malformed JSON) to the checked path below.
 
-Every failure a user can cause (missing file, empty file, corrupt or truncated gzip, a
-decompression bomb, malformed JSON, JSON that is not a trace) raises :class:`BadInputError` with a
-one-line message.
+Every failure a user can cause (missing file, empty file, a FIFO or device, corrupt or truncated gzip, a
+decompression bomb, malformed JSON, JSON that is not a trace, JSON nested past the decoder's recursion limit, a
+number too large for the tables: a 400-digit ``ts`` or ``dur``, an id past 64 bits) raises
+:class:`BadInputError` with a one-line message. Names (kernels, operators, annotations, the GPU's) are stored with
+their control characters escaped (:mod:`gpuadvisor.textsafe`): no renderer can send them to a terminal.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import numpy as np
 import pandas as pd
 
 from gpuadvisor.errors import BadInputError
+from gpuadvisor.inputs import MAX_INT, MAX_NESTING, integer_digits, open_input
+from gpuadvisor.textsafe import escape_control
 from gpuadvisor.trace.model import DeviceInfo, Trace
 
 # A Kineto trace compresses 5x to 30x with gzip (the traces in sample_traces/ and the public ones
@@ -43,6 +47,18 @@ _CHUNK = 4 * 1024 * 1024
 
 Number = Union[int, float]
 Scalar = Union[int, float, str, None]
+
+
+class NumberOutOfRange(BadInputError):
+    """A number in a trace that no table column can hold (an integer past 64 bits, one too large for a float);
+    the trace reader adds the file's name."""
+
+
+def _out_of_range(value: Any, field: str) -> NumberOutOfRange:
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = integer_digits(value)
+        return NumberOutOfRange(f"a number in the trace ({field}) is an integer of {digits} digits, out of range")
+    return NumberOutOfRange(f"a number in the trace ({field}) is out of range")
 
 
 class Args(msgspec.Struct, gc=False):
@@ -156,7 +172,7 @@ def read_trace_bytes(path: Path) -> bytearray | mmap.mmap:
     buffer (a private mapping of the file, or a bytearray), so that the decoder can frame each chunk of
     events in place (see _framed_chunk) instead of copying it."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "trace") as f:  # a regular file only: a FIFO or /dev/zero is refused, not read
             head = f.read(2)
             if not head:
                 raise BadInputError(f"{path}: empty file")
@@ -257,9 +273,16 @@ def _decode_header(data: bytes, path: Path) -> KinetoFile:
         if "truncated" in msg.lower():
             raise BadInputError(f"{path}: truncated JSON ({msg})") from None
         raise BadInputError(f"{path}: malformed JSON ({msg})") from None
+    except RecursionError:
+        raise too_deep(path) from None
     if doc.traceEvents is msgspec.UNSET:
         raise BadInputError(f"{path}: not a Kineto trace (JSON object without 'traceEvents')")
     return doc
+
+
+def too_deep(path: Path) -> BadInputError:
+    """The error for JSON nested past msgspec's recursion guard (Python's recursion limit, ~1,000 levels)."""
+    return BadInputError(f"{path}: JSON nested too deep to read (a trace's events are at most a few levels deep)")
 
 
 def _address(buffer) -> int:
@@ -296,39 +319,57 @@ def _decode_chunk(data: bytearray, raws: list[msgspec.Raw], path: Path) -> list:
             return _CHUNK_DECODERS[0].decode(chunk)
         except msgspec.ValidationError:
             pass
+        except RecursionError:
+            raise too_deep(path) from None
         try:
             return _CHUNK_DECODERS[1].decode(chunk)
         except msgspec.ValidationError as exc:
             raise BadInputError(f"{path}: not a Kineto trace (an event is not an object: {exc})") from None
+        except RecursionError:
+            raise too_deep(path) from None
 
 
-def _as_int(value: Any, default: int = -1) -> int:
+def _as_int(value: Any, default: int = -1, field: str = "id") -> int:
+    """An int64 value; None and what is not a number -> ``default``; NaN and infinities too. An integer past 64
+    bits raises NumberOutOfRange (it cannot be stored, and silently dropping it would change the analysis)."""
     if value is None:
         return default
-    if isinstance(value, (int, float)):
-        return int(value)
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
         return default
+    if not -MAX_INT <= number <= MAX_INT:
+        raise _out_of_range(value, field)
+    return number
 
 
-def _as_float(value: Any) -> float:
-    if isinstance(value, (int, float)):
-        return float(value)
+def _as_float(value: Any, field: str = "value") -> float:
     try:
         return float(value)
+    except OverflowError:  # an integer of 400 digits: no float holds it
+        raise _out_of_range(value, field) from None
     except (TypeError, ValueError):
         return float("nan")
 
 
-def _decode_raw_list(raw) -> list | None:
+def _decode_raw_list(raw, types: bool = False) -> list | None:
+    """A raw ``Input Dims`` (or, ``types``, ``Input type``) decoded; None where absent or malformed. Nesting past
+    :data:`~gpuadvisor.inputs.MAX_NESTING` (shapes are 2 or 3 deep) is bad input."""
     if raw is None or bytes(raw) == b"null":
         return None
+    if bytes(raw).count(b"[") > MAX_NESTING:
+        from gpuadvisor.inputs import json_nesting
+
+        if json_nesting(bytes(raw)) > MAX_NESTING:
+            raise BadInputError(f"a trace's 'Input Dims' or 'Input type' is nested deeper than {MAX_NESTING} levels")
     try:
         value = _JSON_LIST_DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    except RecursionError:
+        raise BadInputError("a trace's 'Input Dims' or 'Input type' is nested too deep to read") from None
+    if types and value:
+        value = [escape_control(v) if isinstance(v, str) else v for v in value]
     return value
 
 
@@ -363,25 +404,26 @@ def _attr(items: list, name: str) -> list:
     return list(map(attrgetter(name), items))
 
 
-def _floats(values: list) -> np.ndarray:
-    """A float column; values that are not numbers become NaN."""
+def _floats(values: list, field: str = "value") -> np.ndarray:
+    """A float column; values that are not numbers become NaN; an integer too large for a float raises
+    NumberOutOfRange naming ``field``."""
     try:
         return np.fromiter(values, dtype=np.float64, count=len(values))
-    except (TypeError, ValueError):
-        return np.asarray([_as_float(v) if v is not None else np.nan for v in values], dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return np.asarray([_as_float(v, field) if v is not None else np.nan for v in values], dtype=np.float64)
 
 
-def _ints(values: list) -> np.ndarray:
-    """An int64 column; None and non-numbers become -1."""
+def _ints(values: list, field: str = "id") -> np.ndarray:
+    """An int64 column; None and non-numbers become -1; an integer past 64 bits raises NumberOutOfRange."""
     try:
         arr = np.asarray(values, dtype=np.float64)  # None -> NaN
         arr[~np.isfinite(arr)] = -1
         return arr.astype(np.int64)
     except (TypeError, ValueError, OverflowError):
-        return np.asarray([_as_int(v) for v in values], dtype=np.int64)
+        return np.asarray([_as_int(v, field=field) for v in values], dtype=np.int64)
 
 
-def _dims3(values: list) -> np.ndarray:
+def _dims3(values: list, field: str = "grid") -> np.ndarray:
     try:
         out = np.asarray(values, dtype=np.int64)
         if out.shape == (len(values), 3):
@@ -392,22 +434,26 @@ def _dims3(values: list) -> np.ndarray:
     for i, v in enumerate(values):
         if isinstance(v, list):
             for j, x in enumerate(v[:3]):
-                out[i, j] = _as_int(x)
+                out[i, j] = _as_int(x, field=field)
     return out
 
 
 def _names(items: list, intern: dict[str, str] | None = None) -> pd.Series:
+    """The events' names, control characters escaped (:mod:`gpuadvisor.textsafe`): once per distinct name
+    (``intern`` maps each raw name to its one stored string)."""
     names = _attr(items, "name")
     if items and not isinstance(items[0], Event):
         names = [n if isinstance(n, str) else "" if n is None else str(n) for n in names]
-    if intern is not None:
-        names = [intern.setdefault(n, n) for n in names]
+    if intern is None:
+        intern = {}
+    get = intern.get
+    names = [get(n) or intern.setdefault(n, escape_control(n)) for n in names]
     return pd.Series(names, dtype=object)
 
 
 def _timed(items: list, rank: int, intern: dict[str, str] | None = None) -> dict[str, Any]:
-    ts = _floats(_attr(items, "ts"))
-    dur = _floats(_attr(items, "dur"))
+    ts = _floats(_attr(items, "ts"), "ts")
+    dur = _floats(_attr(items, "dur"), "dur")
     return {"rank": rank, "name": _names(items, intern), "ts_us": ts, "dur_us": dur, "end_us": ts + dur}
 
 
@@ -466,11 +512,11 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
     args = _args(items, empty)
     kernels = kernel_frame(
         _timed(items, rank, intern),
-        {name: _ints(_attr(args, name)) for name in ("device", "stream", "correlation", "external_id")},
-        _dims3(_attr(args, "grid")),
-        _dims3(_attr(args, "block")),
-        _ints(_attr(args, "registers_per_thread")),
-        _ints(_attr(args, "shared_memory")),
+        {name: _ints(_attr(args, name), name) for name in ("device", "stream", "correlation", "external_id")},
+        _dims3(_attr(args, "grid"), "grid"),
+        _dims3(_attr(args, "block"), "block"),
+        _ints(_attr(args, "registers_per_thread"), "registers per thread"),
+        _ints(_attr(args, "shared_memory"), "shared memory"),
     )
 
     items = _gather(buckets, _MEMCPY_CATS)
@@ -482,7 +528,7 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
             "stream": _ints(_attr(args, "stream")),
             "correlation": _ints(_attr(args, "correlation")),
             "external_id": _ints(_attr(args, "external_id")),
-            "bytes": _ints(_attr(args, "bytes")),
+            "bytes": _ints(_attr(args, "bytes"), "bytes"),
         }
     )
     memcpys.insert(2, "op", pd.Series(["memset" if ev.cat == "gpu_memset" else "memcpy" for ev in items], dtype=object))
@@ -511,7 +557,7 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
             **_timed(items, rank),
             "tid": pd.Series(_attr(items, "tid"), dtype=object),
             "external_id": _ints(_attr(args, "external_id")),
-            "flops": _floats([np.nan if f is None else f for f in _attr(args, "flops")]),
+            "flops": _floats([np.nan if f is None else f for f in _attr(args, "flops")], "flops"),
             # Shapes stay raw JSON until an analysis asks (see input_shapes). The copies detach them from
             # the trace bytes, so that each chunk's views do not keep the whole buffer alive.
             "input_dims_raw": pd.Series([r.copy() for r in _attr(args, "input_dims")], dtype=object),
@@ -573,6 +619,13 @@ def _steps(annotations: pd.DataFrame, rank: int) -> pd.DataFrame:
 
 def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.DataFrame], int, int, int]:
     """(header, rank, tables, events, bytes, other-device events) of one trace file."""
+    try:
+        return _load_file_unchecked(file, index)
+    except NumberOutOfRange as exc:
+        raise BadInputError(f"{file}: {exc}") from None
+
+
+def _load_file_unchecked(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.DataFrame], int, int, int]:
     data = read_trace_bytes(file)
     size = len(data)
     from gpuadvisor.trace.columns import load_columns
@@ -584,7 +637,7 @@ def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.Da
     doc = _decode_header(data, file)
     rank = index
     if doc.distributedInfo is not None and doc.distributedInfo.rank is not None:
-        rank = _as_int(doc.distributedInfo.rank, index)
+        rank = _as_int(doc.distributedInfo.rank, index, "distributedInfo rank")
     raws = doc.traceEvents
     doc.traceEvents = []
     chunks = []
@@ -619,7 +672,7 @@ def input_shapes(cpu_ops: pd.DataFrame) -> tuple[list, list]:
 
 def input_shapes_raw(dims_raw, types_raw) -> tuple[list, list]:
     """Decoded ``Input Dims`` and ``Input type`` JSON (bytes or msgspec.Raw; None where absent)."""
-    return [_decode_raw_list(r) for r in dims_raw], [_decode_raw_list(r) for r in types_raw]
+    return [_decode_raw_list(r) for r in dims_raw], [_decode_raw_list(r, types=True) for r in types_raw]
 
 
 def _device_infos(doc: KinetoFile) -> list[DeviceInfo]:
@@ -627,15 +680,15 @@ def _device_infos(doc: KinetoFile) -> list[DeviceInfo]:
     for i, p in enumerate(doc.deviceProperties or []):
         cc = None
         if p.computeMajor is not None and p.computeMinor is not None:
-            cc = (_as_int(p.computeMajor, 0), _as_int(p.computeMinor, 0))
+            cc = (_as_int(p.computeMajor, 0, "computeMajor"), _as_int(p.computeMinor, 0, "computeMinor"))
         devices.append(
             DeviceInfo(
-                index=_as_int(p.id, i),
-                name=str(p.name or "unknown GPU"),
-                sm_count=_as_int(p.numSms, 0) or None,
+                index=_as_int(p.id, i, "deviceProperties id"),
+                name=escape_control(str(p.name or "unknown GPU")),
+                sm_count=_as_int(p.numSms, 0, "numSms") or None,
                 compute_capability=cc,
-                total_memory_bytes=_as_int(p.totalGlobalMem, 0) or None,
-                max_threads_per_sm=_as_int(p.maxThreadsPerMultiprocessor, 0) or None,
+                total_memory_bytes=_as_int(p.totalGlobalMem, 0, "totalGlobalMem") or None,
+                max_threads_per_sm=_as_int(p.maxThreadsPerMultiprocessor, 0, "maxThreadsPerMultiprocessor") or None,
             )
         )
     return devices
@@ -660,7 +713,13 @@ def find_trace_files(path: Path) -> list[Path]:
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
-    """Parse one Kineto trace file, or a folder of per-rank trace files, into a :class:`Trace`."""
+    """Parse one Kineto trace file, or a folder of per-rank trace files, into a :class:`Trace`. numpy's floating-point
+    warnings are silenced: a 1e308 timestamp plus its duration is inf, which the analyses treat as unknown."""
+    with np.errstate(all="ignore"):
+        return _load_trace(path)
+
+
+def _load_trace(path: str | os.PathLike) -> Trace:
     root = Path(path)
     files = find_trace_files(root)
     parts = []
@@ -691,13 +750,14 @@ def load_trace(path: str | os.PathLike) -> Trace:
                 "cuda_driver_version": doc.cuda_driver_version,
                 "world_size": doc.distributedInfo.world_size if doc.distributedInfo else None,
             }
+            metadata = {k: escape_control(v) if isinstance(v, str) else v for k, v in metadata.items()}
         parts.append(tables)
     tables = _concat(parts)
     if len(parts) > 1:
         for key in ("kernels", "memcpys", "runtime"):
             tables[key] = tables[key].sort_values(["rank", "ts_us"], kind="stable").reset_index(drop=True)
     return Trace(
-        source=str(root),
+        source=escape_control(str(root)),  # a path the report shows: no control characters
         devices=devices,
         ranks=sorted(used_ranks),
         metadata=metadata,
