@@ -446,7 +446,7 @@ def median_us(values: list[float] | None) -> float | None:
 def speedup_of(eager: list[float], variant: list[float] | None) -> dict[str, Any] | None:
     if not eager or not variant:
         return None
-    from gpuadvisor.apply import speedup_interval
+    from gpuadvisor.stats import speedup_interval
 
     interval = speedup_interval(eager, variant)
     return {key: interval.get(key) for key in ("median", "ci_low", "ci_high")}

@@ -1,4 +1,4 @@
-"""Measurements behind the thresholds in gpuadvisor/rules/catalog (GA301, GA401, GA402).
+"""Measurements behind the thresholds in rules/ (GA301, GA401, GA402).
 
 Run on a CUDA GPU: python3 benchmarks/rule_thresholds.py
 (prints JSON; the results are in benchmarks/results/rule_thresholds.json)

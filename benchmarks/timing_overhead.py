@@ -56,7 +56,7 @@ def main() -> int:
 
     from gpuadvisor.capture.nvml import DEFAULT_INTERVAL_S, open_sampler
     from gpuadvisor.capture.timing import time_steps
-    from gpuadvisor.profile import _step_runner
+    from gpuadvisor.steps import step_runner
     from gpuadvisor.workload import load_workload
 
     if not torch.cuda.is_available():
@@ -64,7 +64,7 @@ def main() -> int:
         return 2
     workload = load_workload(str(ROOT / "examples" / "llama_decode.py"))
     model, inputs = workload.model, workload.inputs
-    run_step = _step_runner(workload.step_fn)
+    run_step = step_runner(workload.step_fn)
 
     def plain() -> float:
         return statistics.median(back_to_back(lambda: model(*inputs), args.steps))

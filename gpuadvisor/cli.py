@@ -1,7 +1,7 @@
 """The `gpuadvisor` command line: one small function per command; errors map to exit codes here.
 
 Exit codes: 0 success; 1 `--fail-on` matched (or a gate regression); 2 bad input or usage;
-3 the user's own code failed; 130 interrupted.
+3 the user's own code failed; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM), cleaned up the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +39,14 @@ class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
     markdown = "markdown"
+    html = "html"
+
+
+class TerminalOrJson(str, Enum):
+    """The formats of a command without a Markdown form (calibrate)."""
+
+    terminal = "terminal"
+    json = "json"
 
 
 class Severity(str, Enum):
@@ -50,7 +58,10 @@ class Severity(str, Enum):
 
 # Options shared by several commands: one definition each, the same name and help everywhere.
 FormatOption = Annotated[
-    OutputFormat, typer.Option("--format", "-f", help="terminal (rich tables), json or markdown, to stdout.")
+    OutputFormat,
+    typer.Option(
+        "--format", "-f", help="terminal (rich tables), json, markdown or html (one self-contained page), to stdout."
+    ),
 ]
 PeaksOption = Annotated[
     Path | None, typer.Option("--peaks", help="TOML/JSON file with this GPU's peaks (overrides the table).")
@@ -92,16 +103,9 @@ def _sample_path(name: str) -> Path:
 
 
 def _console(stderr: bool = False):
-    from rich.console import Console
+    from gpuadvisor.emit import terminal_console
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=False)
-    console.on_broken_pipe = _broken_pipe  # rich's own handler exits 1, which here means "findings"
-    return console
-
-
-def _broken_pipe() -> None:
-    _quiet_stdout()  # the reader went away (`| head`): not an error
-    raise SystemExit(0)
+    return terminal_console(stderr=stderr)
 
 
 @app.command()
@@ -122,7 +126,8 @@ def analyze(
     ] = None,
     output_format: FormatOption = OutputFormat.terminal,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Also write report.json and report.md into this folder.")
+        Path | None,
+        typer.Option("--out", "-o", help="Also write report.json, report.md and report.html into this folder."),
     ] = None,
     peaks: PeaksOption = None,
     rules: RulesOption = None,
@@ -136,12 +141,15 @@ def analyze(
 
       gpuadvisor analyze                        # the bundled LLM decode sample
 
-      gpuadvisor analyze trace.json.gz --out report/
+      gpuadvisor analyze trace.json.gz --out report/     # report.html: roofline, timeline, findings
 
       gpuadvisor analyze traces/ --rank 1 --format json > rank1.json
     """
     from gpuadvisor.pipeline import analyze_path
+    from gpuadvisor.views import report_view
 
+    view = report_view("analyze", top)
+    view.check(output_format)
     if trace is not None and sample is not None:
         raise BadInputError("give a trace path or --sample, not both")
     path = trace if trace is not None else _sample_path(sample or DEFAULT_SAMPLE)
@@ -150,7 +158,13 @@ def analyze(
     status_console = _console(stderr=True)
     with status_console.status(f"Analyzing {path} …", spinner="dots") if sys.stderr.isatty() else _nullcontext():
         report = analyze_path(path, peaks_file=peaks, rules_dir=rules, rank=rank)
-    _emit(report, output_format, out, top)
+    if out is not None:
+        from gpuadvisor.report.write import write_reports
+
+        write_reports(report, out)
+    _emit(report, view, output_format)
+    if out is not None and output_format is OutputFormat.terminal:
+        _console().print(f"[dim]wrote {out / 'report.json'}, {out / 'report.md'} and {out / 'report.html'}[/dim]")
     _check_fail_on(report, fail_on)
 
 
@@ -191,13 +205,21 @@ def profile(
             "--out",
             "-o",
             help="Output folder (default: gpuadvisor-out/<model name>): trace.json.gz, "
-            "report.json, report.md, nvml.csv.",
+            "report.json, report.md, report.html, nvml.csv.",
         ),
     ] = None,
     output_format: FormatOption = OutputFormat.terminal,
     peaks: PeaksOption = None,
     rules: RulesOption = None,
     nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and energy with NVML.")] = True,
+    memory: Annotated[
+        bool,
+        typer.Option(
+            "--memory",
+            help="Also take a memory snapshot over 3 extra untimed steps (CUDA): bytes by category (parameters, "
+            "gradients, optimizer state, activations, caches), the largest allocation sites, fragmentation.",
+        ),
+    ] = False,
     nproc: Annotated[
         int | None,
         typer.Option(
@@ -216,6 +238,11 @@ def profile(
     power and energy); a few profiled steps with shapes, FLOPs and Python stacks. Without CUDA the
     model runs on the CPU and the report says which GPU analyses were skipped.
 
+    Memory (CUDA): the caching allocator's peaks over the timed steps (allocated, reserved, reserved minus
+    allocated, retries, OOMs, headroom) and, for a decode workload (KIND = "decode", a cache in the inputs or
+    KV-cache buffers in the model), the KV cache's bytes per token and the tokens and sequences that fit;
+    --memory adds a snapshot summary over a few extra untimed steps (skipped, with a note, without CUDA).
+
     Several ranks (docs/distributed.md): --nproc N launches N ranks under torchrun; each runs the same
     phases in lockstep and writes rank<r>/ (trace, report); the merged report compares the ranks
     (timed vs trace step, GPU busy, communication, exposed communication, straggler). Running
@@ -224,12 +251,15 @@ def profile(
 
     Examples:
 
-      gpuadvisor profile examples/llama_decode.py --out runs/decode
+      gpuadvisor profile examples/llama_decode.py --out runs/decode --memory
 
       gpuadvisor profile --nproc 2 examples/ddp_train.py --out runs/ddp
     """
     from gpuadvisor.profile import run_profile
+    from gpuadvisor.views import report_view
 
+    view = report_view("profile", top)
+    view.check(output_format)
     report = run_profile(
         model,
         entry=entry,
@@ -244,10 +274,11 @@ def profile(
         progress=sys.stderr.isatty(),
         nproc=nproc,
         show_rank_output=_DEBUG,
+        memory=memory,
     )
     if report is None:  # a rank other than 0 under torchrun: rank 0 prints the merged report
         return
-    _emit(report, output_format, None, top)
+    _emit(report, view, output_format)
     _check_fail_on(report, fail_on)
 
 
@@ -275,7 +306,7 @@ def apply_fixes(
         typer.Option(
             "--out",
             "-o",
-            help="Output folder (default: gpuadvisor-out/<model name>-apply): report.json, report.md, "
+            help="Output folder (default: gpuadvisor-out/<model name>-apply): report.json, report.md, report.html, "
             "before_trace.json.gz, after_trace.json.gz.",
         ),
     ] = None,
@@ -346,7 +377,7 @@ def apply_fixes(
 
     Exit codes: 0 done (refused fixes are reported, not errors); 2 bad input, or --strict and a
     requested fix was refused or rolled back (nothing is written); 3 your model's code raised;
-    130 interrupted (nothing is written).
+    130 interrupted, 143 terminated by SIGTERM (nothing is written).
 
     Examples:
 
@@ -357,7 +388,10 @@ def apply_fixes(
       gpuadvisor apply model.py --fix fusion,graphs --strict --format json > fixed.json
     """
     from gpuadvisor.apply import run_apply
+    from gpuadvisor.views import apply_view
 
+    view = apply_view()
+    view.check(output_format)
     report = run_apply(
         model,
         fix,
@@ -374,40 +408,27 @@ def apply_fixes(
         profile_after=profile_after,
         budget_s=budget,
     )
-    if output_format is OutputFormat.json:
-        from gpuadvisor.report.json import to_json
-
-        sys.stdout.write(to_json(report))
-    elif output_format is OutputFormat.markdown:
-        from gpuadvisor.report.apply_sections import render_apply_markdown
-
-        sys.stdout.write(render_apply_markdown(report))
-    else:
-        from gpuadvisor.report.apply_sections import render_apply_terminal
-
-        render_apply_terminal(report, _console())
+    _emit(report, view, output_format)
 
 
 @app.command()
 def calibrate(
     force: Annotated[bool, typer.Option("--force", help="Measure again even if this GPU has cached roofs.")] = False,
-    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="terminal or json.")] = (
-        OutputFormat.terminal
+    output_format: Annotated[TerminalOrJson, typer.Option("--format", "-f", help="terminal or json.")] = (
+        TerminalOrJson.terminal
     ),
 ) -> None:
     """Measure this GPU's roofs (copy bandwidth, GEMM rate per dtype) in under a minute and cache them.
 
     profile and analyze use the cached roofs for this GPU and driver instead of the datasheet table.
     """
-    from gpuadvisor.device.calibrate import render_calibration, run_calibration
+    from gpuadvisor.device.calibrate import run_calibration
+    from gpuadvisor.views import calibrate_view
 
+    view = calibrate_view()
+    view.check(output_format)
     result = run_calibration(force=force, progress=sys.stderr.isatty())
-    if output_format is OutputFormat.json:
-        import json
-
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        render_calibration(result, _console())
+    _emit(result, view, output_format)
 
 
 @app.command()
@@ -419,10 +440,11 @@ def doctor() -> None:
     GPU activity or power and energy. triton, Nsight Compute (ncu) and a calibration are optional: they are
     listed, but do not change the exit code.
     """
-    from gpuadvisor.doctor import gpu_path_missing, render_checks, run_checks
+    from gpuadvisor.doctor import gpu_path_missing, run_checks
+    from gpuadvisor.views import doctor_view
 
     checks = run_checks()
-    render_checks(checks, _console())
+    _emit(checks, doctor_view(), "terminal")
     if gpu_path_missing(checks):
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -434,6 +456,12 @@ def compare(
     output_format: FormatOption = OutputFormat.terminal,
     junit_xml: Annotated[
         Path | None, typer.Option("--junit-xml", help="Also write JUnit XML here: one test case per metric.")
+    ] = None,
+    html_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write the comparison as one HTML page here: verdicts and both sides' samples."
+        ),
     ] = None,
     threshold_pct: Annotated[
         float | None,
@@ -457,28 +485,26 @@ def compare(
 
     Example:
 
-      gpuadvisor compare main/report.json pr/report.json --junit-xml gate.xml
+      gpuadvisor compare main/report.json pr/report.json --junit-xml gate.xml --html gate.html
     """
     from gpuadvisor import gate
-    from gpuadvisor.report.json import load_report
+    from gpuadvisor.views import compare_view
 
-    reports = load_report(base), load_report(current)
+    compare_view().check(output_format)
+    reports = gate.load_reports(base, current)  # samples as arrays: 10 M a side stay under 1 GB
+    view = compare_view(reports)
     config = gate.find_config(Path.cwd())
     settings, _ = gate.load_settings(config, {"--threshold-pct": threshold_pct, "--alpha": alpha, "--top": top})
     result = gate.compare_reports(*reports, settings, allow_env_drift=allow_env_drift, labels=(str(base), str(current)))
     result["config"] = str(config) if config else None
     if junit_xml is not None:
         _write_text(junit_xml, gate.render_junit_xml(result, strict), "--junit-xml")
-    markdown = gate.render_markdown(result)
-    _append_step_summary(markdown)
-    if output_format is OutputFormat.json:
-        from gpuadvisor.report.json import to_json
+    if html_file is not None:
+        from gpuadvisor.views import compare_html
 
-        sys.stdout.write(to_json(result))
-    elif output_format is OutputFormat.markdown:
-        sys.stdout.write(markdown)
-    else:
-        gate.render_terminal(result, _console())
+        _write_text(html_file, compare_html(result, reports), "--html")
+    _append_step_summary(gate.render_markdown(result))
+    _emit(result, view, output_format)
     code = gate.exit_code(result, strict)
     if code != 0:
         _error_line(gate.summary_line(result, strict))
@@ -500,29 +526,35 @@ def diff(
 
       gpuadvisor diff main/trace.json.gz pr/trace.json.gz --top 10
     """
+    from gpuadvisor.views import diff_view
+
+    view = diff_view()
+    view.check(output_format)
     for path in (base, current):
         if not path.exists():  # before pandas is imported: a typo answers at once
             raise BadInputError(f"{path}: no such file or directory")
     from gpuadvisor import diff as trace_diff
 
     result = trace_diff.diff_paths(base, current, rank=rank, top=top)
-    if output_format is OutputFormat.json:
-        from gpuadvisor.report.json import to_json
-
-        sys.stdout.write(to_json(result))
-    elif output_format is OutputFormat.markdown:
-        sys.stdout.write(trace_diff.render_markdown(result))
-    else:
-        trace_diff.render_terminal(result, _console())
+    _emit(result, view, output_format)
 
 
 def _write_text(path: Path, text: str, option: str) -> None:
-    from gpuadvisor.report.write import write_atomic
+    from gpuadvisor.outputs import write_atomic
 
     try:
         write_atomic(path, text)
     except OSError as exc:
         raise BadInputError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+
+
+def _write_files(out: Path, files: dict) -> None:
+    """``--out`` of scan and ncu: every file or none (gpuadvisor.outputs); a dict or list is written as JSON with
+    the one encoder, text as it is."""
+    from gpuadvisor.outputs import write_files
+    from gpuadvisor.report.json import to_json
+
+    write_files(out, {name: value if isinstance(value, str) else to_json(value) for name, value in files.items()})
 
 
 def _append_step_summary(markdown: str) -> None:
@@ -533,7 +565,9 @@ def _append_step_summary(markdown: str) -> None:
     if not path:
         return
     try:
-        with open(path, "a", encoding="utf-8") as handle:
+        from gpuadvisor.inputs import open_append  # a regular file only: a FIFO there must not hang the gate
+
+        with open_append(path) as handle:
             handle.write(markdown + "\n")
     except OSError as exc:
         _error_line(f"warning: cannot append to $GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}")
@@ -547,25 +581,11 @@ class _nullcontext:
         return False
 
 
-def _emit(report: dict, output_format: OutputFormat, out: Path | None, top: int) -> None:
-    if out is not None:
-        from gpuadvisor.report.write import write_reports
+def _emit(result, view, output_format) -> None:
+    """The one output of every command: ``result`` on stdout in ``output_format`` (gpuadvisor.emit)."""
+    from gpuadvisor.emit import emit
 
-        write_reports(report, out, ["json", "markdown"])
-    if output_format is OutputFormat.json:
-        from gpuadvisor.report.json import to_json
-
-        sys.stdout.write(to_json(report) + "\n")
-    elif output_format is OutputFormat.markdown:
-        from gpuadvisor.report.markdown import render_markdown
-
-        sys.stdout.write(render_markdown(report))
-    else:
-        from gpuadvisor.report.terminal import render_terminal
-
-        render_terminal(report, _console(), top=top)
-        if out is not None:
-            _console().print(f"[dim]wrote {out / 'report.json'} and {out / 'report.md'}[/dim]")
+    emit(result, view, output_format, _console())
 
 
 def _check_fail_on(report: dict, fail_on: Severity | None) -> None:
@@ -589,40 +609,11 @@ def list_rules(
 ) -> None:
     """List the rules: id, severity, category, the `apply` fix that addresses it, and its title."""
     from gpuadvisor.rules.engine import load_rules
+    from gpuadvisor.views import rules_view
 
-    loaded = load_rules(rules)
-    if output_format is OutputFormat.json:
-        import json
-
-        rows = [
-            {
-                "id": r.id,
-                "name": r.name,
-                "title": r.title,
-                "category": r.category,
-                "severity": r.severity,
-                "fix_id": r.fix_id,
-                "thresholds": r.thresholds,
-            }
-            for r in loaded
-        ]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return
-    if output_format is OutputFormat.markdown:
-        lines = ["| id | name | severity | category | fix | title |", "| --- | --- | --- | --- | --- | --- |"]
-        for r in loaded:
-            lines.append(f"| {r.id} | {r.name} | {r.severity} | {r.category} | {r.fix_id or ''} | {r.title} |")
-        sys.stdout.write("\n".join(lines) + "\n")
-        return
-    from rich.table import Table
-
-    table = Table(title="gpuadvisor rules", title_justify="left")
-    for col in ("id", "name", "severity", "category", "fix", "title"):
-        table.add_column(col, overflow="fold")
-    for r in loaded:
-        table.add_row(r.id, r.name, r.severity, r.category, r.fix_id or "", r.title)
-    _console().print(table)
-    _console().print("[dim]gpuadvisor explain GA101 shows what a rule detects, why it matters and the fix.[/dim]")
+    view = rules_view()
+    view.check(output_format)
+    _emit(load_rules(rules), view, output_format)
 
 
 @app.command()
@@ -631,23 +622,10 @@ def explain(
     rules: RulesOption = None,
 ) -> None:
     """Explain a rule: what it detects, why it costs time, an example, and the fix."""
-    from rich.markdown import Markdown
-
     from gpuadvisor.rules.engine import find_rule, load_rules
+    from gpuadvisor.views import explain_view
 
-    rule = find_rule(rule_id, load_rules(rules))
-    thresholds = "\n".join(f"- `{k}` = {int(v) if v.is_integer() else v}" for k, v in rule.thresholds.items())
-    thresholds = thresholds or "- none"
-    refs = "\n".join(f"- {r}" for r in rule.references) or "- none"
-    fix_line = f"\n\nFix id: `{rule.fix_id}`" if rule.fix_id else ""
-    text = (
-        f"# {rule.id} {rule.name}: {rule.title}\n\n"
-        f"*severity* {rule.severity} · *category* {rule.category} · *detector* `{rule.detector}`\n\n"
-        f"## What it does\n\n{rule.doc['what']}\n\n## Why is this bad?\n\n{rule.doc['why']}\n\n"
-        f"## Example\n\n```python\n{rule.doc['example']}\n```\n\n## Use instead\n\n{rule.doc['fix']}{fix_line}\n\n"
-        f"## Thresholds\n\n{thresholds}\n\n## References\n\n{refs}\n"
-    )
-    _console().print(Markdown(text))
+    _emit(find_rule(rule_id, load_rules(rules)), explain_view(), "terminal")
 
 
 @app.command()
@@ -661,7 +639,8 @@ def scan(
     ],
     output_format: FormatOption = OutputFormat.terminal,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Also write scan.json and scan.md into this folder.")
+        Path | None,
+        typer.Option("--out", "-o", help="Also write scan.json, scan.md and report.html into this folder."),
     ] = None,
     block_dim: Annotated[
         str | None,
@@ -688,7 +667,10 @@ def scan(
     """
     from gpuadvisor.scan import report as scan_report
     from gpuadvisor.scan.analyze import parse_block_dim
+    from gpuadvisor.views import scan_view
 
+    view = scan_view()
+    view.check(output_format)
     try:
         shape = parse_block_dim(block_dim) if block_dim is not None else None
     except ValueError as exc:
@@ -698,15 +680,15 @@ def scan(
         _error_line(f"warning: {warning}")
     scan_report.exit_code(result)
     if out is not None:
-        scan_report.write_files_atomic(
-            out, {"scan.json": scan_report.to_json(result), "scan.md": scan_report.render_markdown(result)}
-        )
-    if output_format is OutputFormat.json:
-        sys.stdout.write(scan_report.to_json(result))
-    elif output_format is OutputFormat.markdown:
-        sys.stdout.write(scan_report.render_markdown(result))
-    else:
-        scan_report.render_terminal(result, _console())
+        from gpuadvisor.report.html import render_html
+
+        files = {
+            "scan.json": result,
+            "scan.md": scan_report.render_markdown(result),
+            "report.html": render_html(result),
+        }
+        _write_files(out, files)
+    _emit(result, view, output_format)
     _check_fail_on(result, fail_on)
 
 
@@ -751,8 +733,10 @@ def ncu(
       gpuadvisor ncu --import ncu_export.csv --format markdown
     """
     from gpuadvisor.ncu import run as ncu_run
-    from gpuadvisor.scan.report import write_files_atomic
+    from gpuadvisor.views import ncu_view
 
+    view = ncu_view(top)
+    view.check(output_format)
     if (model is None) == (import_csv is None):
         raise BadInputError("give a model.py or --import FILE.csv (one of them)")
     raw = None
@@ -769,20 +753,11 @@ def ncu(
             rules_dir=rules,
         )
     if out is not None:
-        import json
-
-        files = {"ncu.json": json.dumps(report, indent=2) + "\n", "ncu.md": ncu_run.render_markdown(report, top)}
+        files = {"ncu.json": report, "ncu.md": ncu_run.render_markdown(report, top)}
         if raw is not None:
             files["ncu.csv"] = raw
-        write_files_atomic(out, files)
-    if output_format is OutputFormat.json:
-        import json
-
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    elif output_format is OutputFormat.markdown:
-        sys.stdout.write(ncu_run.render_markdown(report, top))
-    else:
-        ncu_run.render_terminal(report, _console(), top)
+        _write_files(out, files)
+    _emit(report, view, output_format)
     _check_fail_on(report, fail_on)
 
 
@@ -801,13 +776,24 @@ def main() -> None:
     except KeyboardInterrupt:
         exit_interrupted()
     except BrokenPipeError:
-        _broken_pipe()
+        from gpuadvisor.emit import on_broken_pipe
+
+        on_broken_pipe()
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
         exit_interrupted()
     except SystemExit:
         raise
+    except OSError as exc:  # the system refused I/O (stdout on /dev/full, a full disk, a name over 255 bytes): exit 2
+        if _DEBUG:
+            raise
+        from gpuadvisor.emit import quiet_stdout
+        from gpuadvisor.inputs import os_error_message
+
+        quiet_stdout()  # drop what could not be written, so that the interpreter's last flush does not fail again
+        _error_line(f"error: {os_error_message(exc)}")
+        sys.exit(BadInputError.exit_code)
     except Exception as exc:  # noqa: BLE001 - the CLI must not print a traceback without --debug
         # Usage errors (unknown option, bad value, missing argument) come from the click that typer
         # bundles or depends on, depending on its version: recognise them by their interface.
@@ -816,7 +802,11 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if _DEBUG:
             raise
-        _error_line(f"error: internal error ({type(exc).__name__}: {exc}); rerun with --debug for the traceback")
+        from gpuadvisor.workload import safe_text
+
+        _error_line(
+            f"error: internal error ({type(exc).__name__}: {safe_text(exc)}); rerun with --debug for the traceback"
+        )
         sys.exit(EXIT_INTERNAL)
     if code == 130:  # typer turns Ctrl-C inside a command into a quiet exit 130
         exit_interrupted()
@@ -824,7 +814,8 @@ def main() -> None:
 
 
 def exit_interrupted() -> NoReturn:
-    """After Ctrl-C (everything already cleaned up): one line, exit 130.
+    """After Ctrl-C or SIGTERM (everything already cleaned up): one line, exit 130 (SIGINT) or 143 (SIGTERM).
+    The line says "nothing was written" only when this command wrote no file; otherwise it names what it wrote.
 
     Not through sys.exit: a KeyboardInterrupt that passed through Python code run by PyRun_String (torch's C++
     import runs some) sets CPython's "unhandled Ctrl-C" flag, and the interpreter then kills itself with SIGINT
@@ -832,21 +823,20 @@ def exit_interrupted() -> NoReturn:
     """
     import os
 
-    _error_line("interrupted: nothing was written")
+    from gpuadvisor import interrupt, outputs
+
+    written = outputs.written()
+    if written:
+        shown = ", ".join(str(p) for p in written[:3]) + (", …" if len(written) > 3 else "")
+        _error_line(f"interrupted: wrote {shown} before the interruption; nothing else was written")
+    else:
+        _error_line("interrupted: nothing was written")
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(130)
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os._exit(interrupt.exit_status())
 
 
 def _error_line(message: str) -> None:

@@ -1,7 +1,7 @@
 """One rank of ``gpuadvisor profile --nproc N``: ``python -m gpuadvisor.distributed_child MODEL --staging DIR ...``.
 
 torchrun starts N of these (:func:`gpuadvisor.capture.distributed.run_ranks`). Each profiles its rank
-(:func:`gpuadvisor.profile.profile_rank`) into ``DIR/rank{r}/`` and exits; the launching process merges.
+(:func:`gpuadvisor.profile_ranks.profile_rank`) into ``DIR/rank{r}/`` and exits; the launching process merges.
 A rank that fails writes ``DIR/.ranks/rank{r}.error.json`` (its one-line error, exit code and the time) so
 that the launcher can name the rank that failed first, then exits with the code the CLI would use. Not meant
 to be run by hand.
@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     ranks.write_control(control, info.rank, "pid", str(os.getpid()))
     code = 0
     try:
-        from gpuadvisor.profile import _RankOptions, profile_rank
+        from gpuadvisor.profile_ranks import RankOptions, profile_rank
         from gpuadvisor.rules.engine import load_rules
 
-        options = _RankOptions(
+        options = RankOptions(
             model_path=Path(args.model),
             entry=args.entry,
             warmup=args.warmup,

@@ -24,7 +24,7 @@ from typing import Any
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.fixes.base import FixOutcome
 from gpuadvisor.fixes.registry import apply_fixes, fix_order, resolve_fix_ids
-from gpuadvisor.workload import Workload, _make_step_fn, default_step
+from gpuadvisor.workload import Workload, default_step, make_step_fn
 
 
 class OptimizedModel:
@@ -98,7 +98,7 @@ def optimize(
         path=label,
         model=model,
         inputs=example_inputs,
-        step_fn=_make_step_fn(step, model, example_inputs, label),
+        step_fn=make_step_fn(step, model, example_inputs, label),
         tokens_per_step=None,
         name=type(model).__name__,
         step=step,

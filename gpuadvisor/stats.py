@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import warnings
 from collections.abc import Iterable
+from typing import Any
+
+# The speedup's confidence interval (apply). 2000 resamples: the interval's ends move by well under 1% between
+# seeds for 100 samples a side.
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # the same samples give the same interval
 
 
 def percentile(samples: Iterable, q: float) -> float | None:
@@ -25,3 +34,82 @@ def percentile(samples: Iterable, q: float) -> float | None:
     low = math.floor(position)
     high = min(low + 1, len(values) - 1)
     return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def finite_round(value, digits: int = 2):
+    """``value`` rounded to ``digits`` as a float; None and bools as they are; anything else that is not a finite
+    number (NaN, inf, a string) gives None: what a report holds for a figure it could not measure."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        return round(float(value), digits)
+    return None
+
+
+def _ratio_of_medians(before, after, axis=-1):
+    import numpy as np
+
+    return np.median(before, axis=axis) / np.median(after, axis=axis)
+
+
+def speedup_interval(
+    before_us: list[float],
+    after_us: list[float],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
+    """median(before) / median(after) and its percentile-bootstrap confidence interval.
+
+    Each side's per-step samples are resampled on their own (they are two samples, not pairs), ``resamples``
+    times, with a fixed seed. Returns {median, ci_low, ci_high, confidence, method}; the interval is None with
+    fewer than 2 samples a side.
+    """
+    import numpy as np
+
+    before = np.asarray([x for x in before_us if x is not None], dtype=float)
+    after = np.asarray([x for x in after_us if x is not None], dtype=float)
+    result: dict[str, Any] = {"median": None, "ci_low": None, "ci_high": None, "confidence": confidence}
+    if not len(before) or not len(after) or np.median(after) <= 0:
+        result["method"] = "no samples"
+        return result
+    result["median"] = float(_ratio_of_medians(before, after))
+    if len(before) < 2 or len(after) < 2:
+        result["method"] = "no interval: fewer than 2 samples a side"
+        return result
+    what = (
+        f"{100 * confidence:g}% percentile bootstrap of median(before)/median(after) over the per-step samples "
+        f"({len(before)} before, {len(after)} after; each side resampled on its own, "
+        f"{resamples} resamples, seed {seed})"
+    )
+    try:
+        from scipy import stats
+    except ImportError:
+        rng = np.random.default_rng(seed)
+        ratios = _ratio_of_medians(
+            rng.choice(before, (resamples, len(before))), rng.choice(after, (resamples, len(after))), axis=1
+        )
+        low, high = np.quantile(ratios, [(1 - confidence) / 2, (1 + confidence) / 2])
+        result.update(
+            ci_low=float(low), ci_high=float(high), method=what.replace("95%", "95% NumPy") + "; SciPy missing"
+        )
+        return result
+    seed_kw = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # a degenerate resample distribution (identical samples) is fine here
+        res = stats.bootstrap(
+            (before, after),
+            _ratio_of_medians,
+            vectorized=True,
+            paired=False,
+            confidence_level=confidence,
+            n_resamples=resamples,
+            method="percentile",
+            **{seed_kw: np.random.default_rng(seed)},
+        )
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        low = high = result["median"]
+    result.update(ci_low=low, ci_high=high, method=what + " (scipy.stats.bootstrap)")
+    return result

@@ -3,6 +3,7 @@
 A workload file is a plain Python file::
 
     TOKENS_PER_STEP = 1          # optional: positive int; lets the report print tokens/s
+    KIND = "decode"              # optional: "decode" adds the KV cache's capacity to profile's memory figures
 
     def build():                 # required: returns (model_or_callable, example_inputs_tuple)
         model = MyModel().cuda()
@@ -46,6 +47,7 @@ from gpuadvisor.errors import BadInputError, UserCodeError
 BUILD_NAME = "build"
 STEP_NAME = "step"
 TOKENS_NAME = "TOKENS_PER_STEP"
+KIND_NAME = "KIND"  # optional: what the step is ("decode" turns on the KV-cache capacity figures)
 # The longest exception text quoted in a one-line error; the rest is cut with an ellipsis.
 _MAX_ERROR_CHARS = 300
 
@@ -71,11 +73,12 @@ class Workload:
     tokens_per_step: int | None
     name: str
     step: Callable[[Any, tuple], Any] = dataclasses.field(default=default_step, repr=False)
+    kind: str | None = None  # the file's optional KIND constant ("decode", "train", ...), when it is a str
 
     def with_model(self, model: Any, inputs: tuple | None = None) -> Workload:
         """The same workload around another model (and optionally other inputs), e.g. a patched one."""
         inputs = self.inputs if inputs is None else tuple(inputs)
-        step_fn = _make_step_fn(self.step, model, inputs, self.path)
+        step_fn = make_step_fn(self.step, model, inputs, self.path)
         return dataclasses.replace(self, model=model, inputs=inputs, step_fn=step_fn)
 
     def with_step(self, model: Any, step: Callable[[Any, tuple], Any], inputs: tuple | None = None) -> Workload:
@@ -85,7 +88,7 @@ class Workload:
         is called as ``step(model, inputs)`` like the user's, and its exceptions become UserCodeError.
         """
         inputs = self.inputs if inputs is None else tuple(inputs)
-        step_fn = _make_step_fn(step, model, inputs, self.path)
+        step_fn = make_step_fn(step, model, inputs, self.path)
         return dataclasses.replace(self, model=model, inputs=inputs, step_fn=step_fn, step=step)
 
 
@@ -125,8 +128,10 @@ def load_workload(path: str, entry: str | None = None) -> Workload:
     with _on_sys_path(folder):
         try:
             built = build()
-        except (Exception, SystemExit) as error:  # a build() that calls sys.exit() failed too
-            raise UserCodeError(f"{label}: {function_name}() raised {_describe(error)}") from error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a build() that calls sys.exit() failed too
+            raise UserCodeError(f"{label}: {function_name}() raised {describe_error(error)}") from error
     model, inputs = _check_built(built, label, function_name, needs_callable_model=step is None)
 
     if step is None:
@@ -135,10 +140,11 @@ def load_workload(path: str, entry: str | None = None) -> Workload:
         path=str(path),
         model=model,
         inputs=inputs,
-        step_fn=_make_step_fn(step, model, inputs, label),
+        step_fn=make_step_fn(step, model, inputs, label),
         tokens_per_step=tokens_per_step,
         name=name,
         step=step,
+        kind=kind if isinstance(kind := getattr(module, KIND_NAME, None), str) else None,
     )
 
 
@@ -184,12 +190,12 @@ def _import_file(file_path: Path, label: str) -> ModuleType:
     try:
         with _on_sys_path(file_path.parent):
             exec(code, module.__dict__)
-    except (Exception, SystemExit) as error:
-        sys.modules.pop(module_name, None)
-        raise UserCodeError(f"{label}: importing it raised {_describe(error)}") from error
-    except BaseException:
+    except KeyboardInterrupt:
         sys.modules.pop(module_name, None)
         raise
+    except BaseException as error:  # sys.exit() on import fails too
+        sys.modules.pop(module_name, None)
+        raise UserCodeError(f"{label}: importing it raised {describe_error(error)}") from error
     return module
 
 
@@ -202,18 +208,26 @@ def _import_module(module_name: str, folder: Path) -> ModuleType:
             # missing: the user's code failed.
             if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
                 raise BadInputError(f"{module_name}: no such module (looked in {folder} and sys.path)") from error
-            raise UserCodeError(f"{module_name}: importing it raised {_describe(error)}") from error
+            raise UserCodeError(f"{module_name}: importing it raised {describe_error(error)}") from error
         except SyntaxError as error:
             where = f"{error.filename}:{error.lineno}" if error.filename else module_name
             raise BadInputError(f"{where}: syntax error: {error.msg}") from error
-        except (Exception, SystemExit) as error:
-            raise UserCodeError(f"{module_name}: importing it raised {_describe(error)}") from error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
+            raise UserCodeError(f"{module_name}: importing it raised {describe_error(error)}") from error
 
 
 def _tokens_per_step(module: ModuleType, label: str) -> int | None:
     if not hasattr(module, TOKENS_NAME):
         return None
     value = getattr(module, TOKENS_NAME)
+    # 10**400 overflows the float of tokens/s (and repr() fails past 4,300 digits): at most 2**53, exact as a float.
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        from gpuadvisor.inputs import integer_digits
+
+        digits = integer_digits(value)
+        raise BadInputError(f"{label}: {TOKENS_NAME} must be a positive int up to 2**53, got one of {digits} digits")
     # bool is an int subclass; TOKENS_PER_STEP = True is a mistake, not 1 token.
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise BadInputError(f"{label}: {TOKENS_NAME} must be a positive int, got {_show(value)}")
@@ -241,14 +255,19 @@ def _check_built(built: Any, label: str, function_name: str, *, needs_callable_m
     return model, inputs
 
 
-def _make_step_fn(step: Callable[[Any, tuple], Any], model: Any, inputs: tuple, label: str) -> Callable[[], Any]:
+def make_step_fn(step: Callable[[Any, tuple], Any], model: Any, inputs: tuple, label: str) -> Callable[[], Any]:
+    """A zero-argument ``step(model, inputs)`` whose failures are the user's code failing: any exception, and
+    ``sys.exit()`` or another BaseException too, becomes :class:`UserCodeError` (exit 3) naming ``label``, the
+    step and the source line. Only KeyboardInterrupt (Ctrl-C, SIGTERM) passes through as it is."""
     what = "the model" if step is default_step else f"{getattr(step, '__name__', 'step')}()"
 
     def step_fn() -> Any:
         try:
             return step(model, inputs)
-        except Exception as error:
-            raise UserCodeError(f"{label}: {what} raised {_describe(error)}") from error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001 - sys.exit() in a step is the step failing, not gpuadvisor
+            raise UserCodeError(f"{label}: {what} raised {describe_error(error)}") from error
 
     return step_fn
 
@@ -264,9 +283,17 @@ _LIBRARY_FOLDERS = tuple(
 )
 
 
-def _describe(error: BaseException) -> str:
+def safe_text(error: BaseException) -> str:
+    """``str(error)``, or a placeholder when the exception's own ``__str__`` raises."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - a broken __str__ of the user's exception must not become ours
+        return "(its message cannot be printed: its __str__ raised)"
+
+
+def describe_error(error: BaseException) -> str:
     """``ValueError: message (at model.py:12)``: the exception on one line, with the deepest line of user code."""
-    text = " ".join(str(error).split())
+    text = " ".join(safe_text(error).split())
     if len(text) > _MAX_ERROR_CHARS:
         text = text[: _MAX_ERROR_CHARS - 1] + "…"
     described = f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -146,6 +146,7 @@ def test_refused_fix_exits_0_and_reports_it(refused):
     assert sorted(p.name for p in out.iterdir()) == [
         "after_trace.json.gz",
         "before_trace.json.gz",
+        "report.html",
         "report.json",
         "report.md",
     ]
@@ -174,6 +175,11 @@ def test_refused_fix_still_times_both_sides_on_the_cpu(refused):
     assert report["kernel_diff"] is None  # no GPU kernels on the CPU
     assert any("no CUDA GPU" in note for note in report["notes"])
     assert "## Before and after" in (out / "report.md").read_text()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    from gpuadvisor.report.html import render_html
+
+    assert page.startswith("<!DOCTYPE html>") and page == render_html(report).rstrip("\n") + "\n"
+    assert 'data-report-kind="apply"' in page
 
 
 # --- fixes that apply (planted) -----------------------------------------------------------------
@@ -288,7 +294,7 @@ def test_help_teaches(cli):
 
 
 def test_speedup_interval():
-    from gpuadvisor.apply import speedup_interval
+    from gpuadvisor.stats import speedup_interval
 
     before = [100.0 + (i % 7) for i in range(60)]
     after = [50.0 + (i % 5) for i in range(60)]
@@ -299,7 +305,7 @@ def test_speedup_interval():
 
 
 def test_kernel_diff_and_predicted_savings():
-    from gpuadvisor.apply import _kernel_diff, _predicted_savings
+    from gpuadvisor.report.apply_report import kernel_diff, predicted_savings
 
     findings = [
         {"fix_id": "graphs", "estimated_saving_us_per_step": 900.0},
@@ -307,7 +313,7 @@ def test_kernel_diff_and_predicted_savings():
         {"fix_id": "fusion", "estimated_saving_us_per_step": 12.5},
         {"fix_id": None, "estimated_saving_us_per_step": 50.0},
     ]
-    assert _predicted_savings(findings, 800.0) == {"graphs": 800.0, "fusion": 42.5}
+    assert predicted_savings(findings, 800.0) == {"graphs": 800.0, "fusion": 42.5}
     before = {
         "summary": {"kernels_per_step": 10, "launch_calls_per_step": 10, "gpu_busy_us": 100},
         "kernel_classes": {"memory": 60.0, "latency": 40.0},
@@ -330,7 +336,7 @@ def test_kernel_diff_and_predicted_savings():
         "relabelled_launch_us_per_step": 70,
         "classes_us_per_step": {"memory": 10, "compute": 70},
     }
-    diff = _kernel_diff(before, after, graph)
+    diff = kernel_diff(before, after, graph)
     assert [k["name"] for k in diff["disappeared"]] == ["add"] and [k["name"] for k in diff["appeared"]] == [
         "fused_add"
     ]
@@ -341,9 +347,9 @@ def test_kernel_diff_and_predicted_savings():
 
 def _summarize(side, sampler):
     """The side's run facts as apply builds them (model.py, one profiled step), and its timed summary set."""
-    from gpuadvisor.profile import _RunFacts, _timed_summary
+    from gpuadvisor.report.profiled import RunFacts, timed_summary
 
-    facts = _RunFacts(
+    facts = RunFacts(
         model_path=Path("model.py"),
         out_dir=Path("out"),
         times=side.step_times(),
@@ -353,7 +359,7 @@ def _summarize(side, sampler):
         memory=side.memory(True),
         profiled_steps=1,
     )
-    side.summary = _timed_summary(facts)
+    side.summary = timed_summary(facts)
     return facts
 
 
@@ -560,7 +566,7 @@ def test_apply_notes_advise_only_options_apply_has():
     no --min-time. Sides timed briefly and unsteadily, on a GPU trace, so that every timing advice is given."""
     from gpuadvisor.apply import TIME_LONGER_OPTIONS, SideMeasurement, build_apply_report
     from gpuadvisor.capture.timing import StepTimes
-    from gpuadvisor.profile import _analyze
+    from gpuadvisor.report.profiled import analyze_run
     from gpuadvisor.rules.engine import load_rules
 
     gemm = REPO / "sample_traces" / "gemm.json.gz"
@@ -575,7 +581,7 @@ def test_apply_notes_advise_only_options_apply_has():
             side.add_block(StepTimes(unsteady, "CUDA events, 4 steps", block_s), 0.0, 1, 1)
         facts = _summarize(side, sampler)
         measured[name] = side
-        side_reports[name] = _analyze(
+        side_reports[name] = analyze_run(
             gemm, facts, {}, rules=load_rules(), peaks_file=None, cuda=True, time_longer=TIME_LONGER_OPTIONS
         )
     report = build_apply_report(
@@ -609,13 +615,13 @@ def test_run_apply_gives_its_side_reports_its_own_wording(tmp_path, monkeypatch)
     import gpuadvisor.apply as apply_module
 
     seen = []
-    real = apply_module._analyze
+    real = apply_module.analyze_run
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("time_longer"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(apply_module, "_analyze", spy)
+    monkeypatch.setattr(apply_module, "analyze_run", spy)
     apply_module.run_apply(
         TINY_MLP, "graphs", out_dir=tmp_path / "out", warmup=1, steps=2, rounds=2, profiled_steps=1, progress=False
     )

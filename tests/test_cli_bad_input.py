@@ -22,7 +22,7 @@ else:  # pragma: no cover
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
 GEMM = SAMPLES / "gemm.json.gz"
-CATALOG = REPO / "gpuadvisor" / "rules" / "catalog"
+CATALOG = REPO / "rules"
 GA101_TOML = CATALOG / "GA101-launch-bound.toml"
 CPU_ONLY = REPO.parent / "shared" / "traces" / "public" / "cpu_only.json.gz"
 BUILTIN_IDS = {"GA101", "GA102", "GA201", "GA301", "GA401", "GA402"}
@@ -322,7 +322,7 @@ def test_fail_on_high_exits_1_after_writing_the_reports(tmp_path, cli):
     assert len(stderr) == 1 and "--fail-on high" in stderr[0]
     stdout_report = json.loads(result.stdout)
     assert any(f["rule_id"] == "GA101" and f["severity"] == "high" for f in stdout_report["findings"])
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
     written = json.loads((out / "report.json").read_text())
     assert written["schema_version"] == 1
     assert written == stdout_report

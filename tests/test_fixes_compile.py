@@ -127,8 +127,8 @@ def test_auto_candidates_put_compile_beside_the_recommended_stack():
 
 
 def test_the_search_times_what_applied_against_the_original_and_says_why_each_other_lost(small):
-    from gpuadvisor.profile import _step_runner
     from gpuadvisor.search import run_search
+    from gpuadvisor.steps import step_runner
 
     workload = load_workload(str(SUITE / "hf_bert_classifier.py"))
     result = run_search(
@@ -136,7 +136,7 @@ def test_the_search_times_what_applied_against_the_original_and_says_why_each_ot
         [["graphs"], ["compile"], ["compile"]],
         budget_s=600,
         cuda=False,
-        make_runner=lambda w: _step_runner(w.step_fn),
+        make_runner=lambda w: step_runner(w.step_fn),
     )
     graphs, compiled, again = result.rows
     assert graphs["status"] == "nothing applied" and graphs["outcomes"][0]["status"] == "refused"

@@ -15,7 +15,7 @@ def python_sigint():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
-    interrupt._received = False  # the held Ctrl-C is remembered; later tests in this process must not see it
+    interrupt.reset()  # the held Ctrl-C is remembered; later tests in this process must not see it
 
 
 def test_a_ctrl_c_inside_the_block_is_raised_after_it_ends(python_sigint):

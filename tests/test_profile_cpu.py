@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 
 from gpuadvisor.capture import nvml as nvml_module  # noqa: E402
 from gpuadvisor.capture.timing import StepTimes, percentile, time_steps  # noqa: E402
-from gpuadvisor.profile import _rescale_savings, _RunFacts, _use_timed_steps  # noqa: E402
+from gpuadvisor.report.profiled import RunFacts, rescale_savings, use_timed_steps  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MLP = REPO / "examples" / "tiny_mlp.py"
@@ -28,13 +28,26 @@ SAMPLES = REPO / "sample_traces"
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory, cli):
-    """One CPU profile of the tiny MLP into a folder that already holds an older run's report."""
+    """One CPU profile of the tiny MLP into a folder that already holds an older run's report (with --memory,
+    which needs CUDA: skipped with a note)."""
     root = tmp_path_factory.mktemp("profile")
     out = root / "out"
     out.mkdir()
     (out / "report.json").write_text('{"stale": true}')
     result = cli(
-        "profile", TINY_MLP, "--out", out, "--steps", "5", "--warmup", "1", "--profile-steps", "2", "-f", "json"
+        "profile",
+        TINY_MLP,
+        "--out",
+        out,
+        "--steps",
+        "5",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "2",
+        "--memory",
+        "-f",
+        "json",
     )
     return root, out, result
 
@@ -44,7 +57,7 @@ def test_profile_writes_the_folder(profiled):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["report.json", "report.md", "trace.json.gz"]  # no nvml.csv without a GPU
+    assert names == ["report.html", "report.json", "report.md", "trace.json.gz"]  # no nvml.csv without a GPU
     assert sorted(p.name for p in root.iterdir()) == ["out"]  # the temporary folder is gone
     with gzip.open(out / "trace.json.gz", "rt") as handle:
         events = json.load(handle)["traceEvents"]
@@ -52,6 +65,61 @@ def test_profile_writes_the_folder(profiled):
     assert len(steps) == 2
     assert any(e.get("cat") == "python_function" for e in events)  # recorded with Python stacks
     assert "# gpuadvisor report: profile" in (out / "report.md").read_text()
+
+
+def test_profile_writes_report_html(profiled):
+    from gpuadvisor.report.html import render_html
+
+    _, out, _ = profiled
+    report = json.loads((out / "report.json").read_text())
+    text = (out / "report.html").read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and text.endswith("</html>\n")
+    assert text == render_html(report).rstrip("\n") + "\n"
+    assert any(n.startswith("wrote ") and "report.html" in n for n in report["notes"])
+
+
+def test_memory_without_cuda_is_skipped_with_a_note(profiled):
+    _, out, result = profiled
+    report = json.loads((out / "report.json").read_text())
+    assert "--memory skipped: no CUDA GPU" in report["notes"]
+    assert report.get("memory") is None  # no allocator without CUDA
+    assert report["timeline"] is None
+
+
+def test_kv_cache_capacity_of_a_decode_workload_by_hand():
+    """A model with two layers of k_cache/v_cache buffers (batch 1, 4 KV heads, 32 slots, head_dim 16, bf16):
+    2 x 2 layers x 4 heads x 16 x 2 bytes = 512 bytes a token; 4 tensors of 4,096 bytes = 16,384 bytes of cache."""
+    import torch
+
+    from gpuadvisor.capture.memory_run import is_decode, kv_cache_section, memory_section
+    from gpuadvisor.workload import Workload
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k_cache", torch.zeros(1, 4, 32, 16, dtype=torch.bfloat16))
+            self.register_buffer("v_cache", torch.zeros(1, 4, 32, 16, dtype=torch.bfloat16))
+
+    model = torch.nn.Sequential(Layer(), Layer())
+    workload = Workload("m.py", model, (), lambda: None, None, "m")
+    assert is_decode(workload)
+    allocator = {"headroom_bytes": 1 << 20}
+    kv, notes = kv_cache_section(workload, allocator, cuda_only=False)
+    assert notes == []
+    free = (1 << 20) + 16_384  # what the cache could use: the headroom plus its own bytes
+    assert kv["bytes_per_token"] == 512 and kv["cache_bytes"] == 16_384 and kv["free_bytes"] == free
+    assert kv["sequence_tokens"] == 32 and kv["tokens_that_fit"] == free // 512 == 2080
+    assert kv["sequences_that_fit"] == free // (512 * 32) == 65
+    assert kv["fp8_bytes_per_token"] == 256 and kv["fp8_sequences_that_fit"] == free // (256 * 32) == 130
+    # On the GPU path (CUDA tensors only) the CPU buffers are not a cache: a note, no figures.
+    kv, notes = kv_cache_section(workload, allocator)
+    assert kv is None and "no KV-cache tensor" in notes[0]
+    # Not a decoder: no kv_cache section at all; without an allocator (no CUDA): no memory section.
+    plain = Workload("m.py", torch.nn.Linear(2, 2), (), lambda: None, None, "m")
+    assert not is_decode(plain) and kv_cache_section(plain, allocator) == (None, [])
+    assert memory_section(plain, None, None) is None
+    assert memory_section(plain, allocator, None) == {"allocator": allocator, "notes": []}
+    assert is_decode(Workload("m.py", torch.nn.Linear(2, 2), (), lambda: None, None, "m", kind="decode"))
 
 
 def test_profile_report_on_cpu(profiled):
@@ -250,13 +318,13 @@ def test_profile_report_says_not_measured_never_0():
 
     from rich.console import Console
 
-    from gpuadvisor.profile import _analyze
     from gpuadvisor.report.markdown import render_markdown
+    from gpuadvisor.report.profiled import analyze_run
     from gpuadvisor.report.terminal import render_terminal
     from gpuadvisor.rules.engine import load_rules
 
     timed = [13_000.0, 13_500.0, 12_900.0]
-    facts = _RunFacts(
+    facts = RunFacts(
         model_path=Path("examples/gemm.py"),
         out_dir=Path("out"),
         times=StepTimes(timed, "CUDA events, 3 steps, no profiler", 0.04),
@@ -266,7 +334,7 @@ def test_profile_report_says_not_measured_never_0():
         memory={},
         profiled_steps=3,
     )
-    report = _analyze(SAMPLES / "gemm.json.gz", facts, {}, rules=load_rules(), peaks_file=None, cuda=True)
+    report = analyze_run(SAMPLES / "gemm.json.gz", facts, {}, rules=load_rules(), peaks_file=None, cuda=True)
     summary = report["summary"]
     assert summary["energy_j_per_step"] is None and summary["energy_source"].startswith("not measured")
     note = next(n for n in report["notes"] if n.startswith("energy per step"))
@@ -311,7 +379,7 @@ def test_savings_rescaled_to_the_timed_step():
     rules = load_rules()
     profiled_step = report["summary"]["step_time_us"]
     timed = [5850.0, 5856.0, 5870.0]
-    facts = _RunFacts(
+    facts = RunFacts(
         model_path=Path("examples/llama_decode.py"),
         out_dir=Path("out"),
         times=StepTimes(timed, "CUDA events, 3 steps, no profiler", 0.02),
@@ -321,8 +389,8 @@ def test_savings_rescaled_to_the_timed_step():
         memory={},
         profiled_steps=3,
     )
-    _use_timed_steps(report, facts)
-    _rescale_savings(report, rules)
+    use_timed_steps(report, facts)
+    rescale_savings(report, rules)
     summary = report["summary"]
     assert summary["step_time_us"] == 5856.0 and summary["trace_step_time_us"] == profiled_step
     assert summary["tokens_per_s"] == pytest.approx(1e6 / 5856, abs=0.1)
@@ -347,23 +415,23 @@ def test_savings_rescaled_to_the_timed_step():
 
 
 def test_unsteady_step_times_get_a_note():
-    from gpuadvisor.profile import _spread_note
+    from gpuadvisor.report.profiled import spread_note
 
-    assert _spread_note(1000.0, 1150.0) is None
-    note = _spread_note(8391.0, 12500.0)
+    assert spread_note(1000.0, 1150.0) is None
+    note = spread_note(8391.0, 12500.0)
     assert note and "49% apart" in note and "\n" not in note
-    assert _spread_note(None, 10.0) is None
+    assert spread_note(None, 10.0) is None
 
 
 def test_short_steps_are_timed_for_the_minimum_time():
-    from gpuadvisor.profile import MAX_TIMED_STEPS, _timed_step_count
+    from gpuadvisor.profile import MAX_TIMED_STEPS, timed_step_count
 
-    assert _timed_step_count(30, 0.006, 5.0) == 834  # 6 ms steps: 834 fill 5 s
-    assert _timed_step_count(30, 0.5, 5.0) == 30  # 30 half-second steps take 15 s already
-    assert _timed_step_count(2000, 0.006, 5.0) == 2000  # never fewer than asked
-    assert _timed_step_count(30, 0.006, 0.0) == 30  # --min-time 0: exactly --steps
-    assert _timed_step_count(30, None, 5.0) == 30  # no warm-up, no pace to go by
-    assert _timed_step_count(30, 1e-6, 5.0) == MAX_TIMED_STEPS
+    assert timed_step_count(30, 0.006, 5.0) == 834  # 6 ms steps: 834 fill 5 s
+    assert timed_step_count(30, 0.5, 5.0) == 30  # 30 half-second steps take 15 s already
+    assert timed_step_count(2000, 0.006, 5.0) == 2000  # never fewer than asked
+    assert timed_step_count(30, 0.006, 0.0) == 30  # --min-time 0: exactly --steps
+    assert timed_step_count(30, None, 5.0) == 30  # no warm-up, no pace to go by
+    assert timed_step_count(30, 1e-6, 5.0) == MAX_TIMED_STEPS
 
 
 def test_min_time_reaches_the_ranks_and_defaults_agree():
@@ -371,11 +439,12 @@ def test_min_time_reaches_the_ranks_and_defaults_agree():
 
     from gpuadvisor.cli import profile as profile_command
     from gpuadvisor.distributed_child import _parser
-    from gpuadvisor.profile import MIN_TIMING_S, _RankOptions
+    from gpuadvisor.profile import MIN_TIMING_S
+    from gpuadvisor.profile_ranks import RankOptions
 
     default = inspect.signature(profile_command).parameters["min_time"].default
     assert default == MIN_TIMING_S
-    options = _RankOptions(REPO / "m.py", None, 5, 30, 3, REPO / "out", None, None, True, min_time_s=2.5)
+    options = RankOptions(REPO / "m.py", None, 5, 30, 3, REPO / "out", None, None, True, min_time_s=2.5)
     args = _parser().parse_args([*options.child_args(), "--staging", "s"])
     assert args.min_time == 2.5
 
@@ -406,11 +475,18 @@ def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, ex
 
     from gpuadvisor import profile as profile_module
     from gpuadvisor.capture import timing as timing_module
+    from gpuadvisor.progress import ProgressDisplay
 
     monkeypatch.setattr(profile_module, "MIN_WARMUP_S", 0.05)
-    monkeypatch.setattr(profile_module, "_synchronize", lambda *args: None)
+    monkeypatch.setattr(profile_module, "synchronize", lambda *args: None)
     for name in ("reset_peak_memory_stats", "max_memory_allocated", "max_memory_reserved"):
         monkeypatch.setattr(torch.cuda, name, lambda *args: 0)
+    from gpuadvisor.capture import memory as memory_module
+
+    stats = {"allocated_bytes.all.peak": 0, "reserved_bytes.all.peak": 0}
+    monkeypatch.setattr(
+        memory_module, "read_allocator_stats", lambda: {"stats": stats, "free_bytes": 1, "total_bytes": 1}
+    )
     timed = []
 
     def fake_time_steps(run_step, steps, *, cuda, on_step=None):
@@ -428,8 +504,8 @@ def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, ex
     def run_step(phase, index, total):
         time.sleep(0.002)
 
-    with profile_module._Display(False) as display:
-        profile_module._measure(run_step, "m.py", True, 2, 30, False, display, agree_steps=agree, min_time_s=min_time_s)
+    with ProgressDisplay(False) as display:
+        profile_module.measure(run_step, "m.py", True, 2, 30, False, display, agree_steps=agree, min_time_s=min_time_s)
     assert agreed[-1] == timed[0]  # the ranks agree on the timed count too
     if expect_more:
         assert 30 < timed[0] <= 0.3 / 0.002 + 1  # about 0.3 s of ~2 ms steps, never more than sleep allows
@@ -439,7 +515,7 @@ def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, ex
 
 def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
     from gpuadvisor.errors import UserCodeError
-    from gpuadvisor.profile import _sampling_while_timing
+    from gpuadvisor.steps import sampling_while_timing
 
     class Sampler:
         started = stopped = 0
@@ -454,10 +530,10 @@ def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
     with pytest.raises(
         UserCodeError, match="m.py: the GPU reported an error during timing: RuntimeError: CUDA error: boom more"
     ):
-        with _sampling_while_timing(sampler, "m.py", cuda=True):
+        with sampling_while_timing(sampler, "m.py", cuda=True):
             raise RuntimeError("CUDA error: boom\nmore")
     assert (sampler.started, sampler.stopped) == (1, 1)
     with pytest.raises(RuntimeError, match="not ours"):  # not a CUDA error: the user's own, as it is
-        with _sampling_while_timing(sampler, "m.py", cuda=True):
+        with sampling_while_timing(sampler, "m.py", cuda=True):
             raise RuntimeError("not ours")
     assert sampler.stopped == 2

@@ -72,9 +72,9 @@ def test_nproc_writes_rank_folders_and_merged_report(two_ranks):
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert rank_files(root) == ["out"]  # no staging folder left
-    assert rank_files(out) == ["rank0", "rank1", "report.json", "report.md"]
+    assert rank_files(out) == ["rank0", "rank1", "report.html", "report.json", "report.md"]
     for rank in (0, 1):
-        assert rank_files(out / f"rank{rank}") == ["report.json", "report.md", "trace.json.gz"]
+        assert rank_files(out / f"rank{rank}") == ["report.html", "report.json", "report.md", "trace.json.gz"]
         own = json.loads((out / f"rank{rank}" / "report.json").read_text())
         assert own["distributed"] == {"rank": rank, "world_size": 2, "local_rank": rank, "backend": "gloo"}
         with gzip.open(out / f"rank{rank}" / "trace.json.gz", "rt") as handle:
@@ -295,7 +295,7 @@ def test_torchrun_runs_the_cli_as_ranks(tmp_path):
     report = json.loads(result.stdout)  # rank 0 prints the merged report, rank 1 nothing
     assert [row["rank"] for row in report["ranks"]["rows"]] == [0, 1]
     assert report["ranks"]["launcher"].startswith("torchrun --nproc-per-node 2")
-    assert rank_files(out) == ["rank0", "rank1", "report.json", "report.md"]
+    assert rank_files(out) == ["rank0", "rank1", "report.html", "report.json", "report.md"]
     assert rank_files(tmp_path) == ["out"]
 
 
@@ -357,16 +357,16 @@ def test_first_failure_from_torchrun_summary(tmp_path):
 
 
 def test_an_earlier_multi_rank_folder_may_be_replaced(tmp_path):
-    from gpuadvisor.profile import _check_ranks_out_dir
+    from gpuadvisor.profile_ranks import check_ranks_out_dir
 
     out = tmp_path / "out"
     (out / "rank0").mkdir(parents=True)
     (out / "rank0" / "trace.json.gz").write_bytes(b"")
     (out / "report.json").write_text("{}")
-    _check_ranks_out_dir(out)
+    check_ranks_out_dir(out)
     (out / "notes.txt").write_text("mine")
     with pytest.raises(BadInputError):
-        _check_ranks_out_dir(out)
+        check_ranks_out_dir(out)
 
 
 # --- on two GPUs ------------------------------------------------------------------------------------

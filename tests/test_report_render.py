@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from gpuadvisor import outputs as write_module  # the module that writes (report.write delegates to it)
 from gpuadvisor.errors import BadInputError
-from gpuadvisor.report import write as write_module
 from gpuadvisor.report.formatting import format_bytes_per_s, format_flops_per_s, format_pct, format_us
 from gpuadvisor.report.json import REQUIRED_KEYS, SCHEMA_VERSION, load_report, to_json
 from gpuadvisor.report.markdown import render_markdown

@@ -10,13 +10,32 @@ from pathlib import Path
 import pytest
 
 from gpuadvisor.errors import BadInputError
-from gpuadvisor.rules.engine import BUILTIN_DETECTORS, CATALOG_DIR, DETECTORS, load_rules, parse_rule
+from gpuadvisor.rules.engine import CATALOG_DIR, DETECTORS, load_rules, parse_rule
 
 
 def test_builtin_detector_names_match_the_registered_detectors():
-    from gpuadvisor.rules import detectors, detectors_distributed, detectors_model  # noqa: F401
+    """One registry (engine.DETECTORS): every name resolves to its function (and its retime function), and no
+    detector or retime function of the rule modules is left out of it."""
+    import importlib
+    import inspect
 
-    assert set(DETECTORS) == set(BUILTIN_DETECTORS)
+    from gpuadvisor.rules.engine import detector_function, retime_function
+
+    for name, entry in DETECTORS.items():
+        assert callable(detector_function(name)), name
+        assert (retime_function(name) is None) == (entry.retime is None), name
+    registered = {(e.module, f) for e in DETECTORS.values() for f in (e.function, e.retime) if f}
+    for module_name in {e.module for e in DETECTORS.values() if e.module.startswith("gpuadvisor.rules.")}:
+        module = importlib.import_module(module_name)
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            parameters = list(inspect.signature(fn).parameters)[:2]
+            if (
+                fn.__module__ == module_name
+                and not name.startswith("_")
+                and parameters in (["a", "rule"], ["finding", "rule"])
+            ):
+                assert (module_name, name) in registered, f"{module_name}.{name} is not in engine.DETECTORS"
+    assert {r.detector for r in load_rules()} <= set(DETECTORS)
 
 
 def test_catalog_rules_have_docs_thresholds_and_stable_file_names():

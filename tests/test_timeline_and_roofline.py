@@ -203,7 +203,7 @@ def test_graph_replayed_kernels_are_never_launch_bound():
     cudaGraphLaunch calls, nearly all shorter than that call. None is launch-bound in the analysis, and apply's
     graph_replay_facts reports the same classes as the analysis."""
     from gpuadvisor.analysis.bundle import analyze_trace
-    from gpuadvisor.apply import graph_replay_facts
+    from gpuadvisor.analysis.graph_replay import graph_replay_facts
 
     path = PUBLIC / "diff_test.json.gz"
     trace = load_trace(path)

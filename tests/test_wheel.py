@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
-CATALOG = REPO / "gpuadvisor" / "rules" / "catalog"
+CATALOG = REPO / "rules"
 BUNDLED = ("llama_decode", "add_rmsnorm", "gemm", "input_pipeline")  # README and `analyze --sample`
 MAX_WHEEL_BYTES = 2 * 1024 * 1024  # the real/ and ddp_2xh200/ traces (5.6 MB) stay out of it
 
@@ -151,6 +151,34 @@ def test_wheel_analyze_reads_its_own_bundled_sample(wheel, tmp_path):
     result = run("analyze", "--sample", "nosuch")
     assert result.returncode == 2, result.stderr
     assert "available: add_rmsnorm, gemm, input_pipeline, llama_decode" in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_wheel_and_checkout_list_the_same_rules(wheel, tmp_path, cli):
+    """The rule catalog is the top-level rules/ folder: a checkout reads it there, an installed wheel from its
+    package data (gpuadvisor/rules/catalog/); `gpuadvisor rules` lists the same rules, with the same data, from
+    both."""
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
+    env.update(PYTHONPATH=str(site), NO_COLOR="1", COLUMNS="160")
+    installed = subprocess.run(
+        [sys.executable, "-m", "gpuadvisor", "rules", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert installed.returncode == 0, installed.stderr
+    checkout = cli("rules", "--format", "json")
+    assert checkout.returncode == 0, checkout.stderr
+    rules = json.loads(installed.stdout)
+    assert rules == json.loads(checkout.stdout)
+    assert len(rules) >= 10 and [r["id"] for r in rules] == sorted(p.name.split("-")[0] for p in CATALOG.glob("*.toml"))
+    assert not (REPO / "gpuadvisor" / "rules" / "catalog").exists()  # one copy of the rules in the repository
 
 
 def test_sdist_carries_the_samples_for_its_wheel(source, tmp_path):

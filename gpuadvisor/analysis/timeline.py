@@ -96,6 +96,44 @@ def queue_depth_at_launch(acts: pd.DataFrame) -> np.ndarray:
     return depth
 
 
+def _busy_intervals(acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of the activities' intervals (starts, ends, sorted) and, for each busy interval, the end of
+    the launch call of the activity that opens it (NaN unknown): it tells whether the GPU waited for it."""
+    busy_s, busy_e = union_intervals(acts["ts_us"].to_numpy(float), acts["end_us"].to_numpy(float))
+    if len(acts):
+        order = np.argsort(acts["ts_us"].to_numpy(float), kind="stable")
+        sorted_ts = acts["ts_us"].to_numpy(float)[order]
+        sorted_launch_end = (acts["launch_ts_us"] + acts["launch_dur_us"]).to_numpy(float)[order]
+        first_idx = np.searchsorted(sorted_ts, busy_s, side="left")
+        opener_launch_end = sorted_launch_end[np.minimum(first_idx, len(sorted_ts) - 1)]
+    else:
+        opener_launch_end = np.empty(0)
+    return busy_s, busy_e, opener_launch_end
+
+
+def _window_gaps(
+    w0: float, w1: float, busy_s: np.ndarray, busy_e: np.ndarray, opener_launch_end: np.ndarray, sync_ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Inside the window [w0, w1]: the busy intervals clipped to it (bs, be), the idle gaps (gap_s, gap_e: one
+    before each busy interval and the tail, possibly empty), and per gap whether a host sync returned in it
+    (after_sync) or, if not, whether the GPU waited for the launch of the work that ended it
+    (waited_for_launch); a gap that is neither is "other" (module docstring)."""
+    lo = np.searchsorted(busy_e, w0, side="right")
+    hi = np.searchsorted(busy_s, w1, side="left")
+    bs = np.clip(busy_s[lo:hi], w0, w1)
+    be = np.clip(busy_e[lo:hi], w0, w1)
+    # Gaps: before each busy interval, and the tail (no opener: host time after the last launch).
+    gap_s = np.concatenate(([w0], be))
+    gap_e = np.concatenate((bs, [w1]))
+    openers = np.concatenate((opener_launch_end[lo:hi], [np.nan]))
+    j = np.searchsorted(sync_ends, gap_s - SYNC_SLACK_US, side="left")
+    after_sync = np.zeros(len(gap_s), dtype=bool)
+    ok = j < len(sync_ends)
+    after_sync[ok] = sync_ends[j[ok]] <= gap_e[ok]
+    waited_for_launch = ~after_sync & (np.isnan(openers) | (openers >= gap_s))
+    return bs, be, gap_s, gap_e, after_sync, waited_for_launch
+
+
 def step_breakdown(
     trace: Trace,
     acts: pd.DataFrame | None = None,
@@ -116,16 +154,7 @@ def step_breakdown(
     steps = step_windows(trace)
     if not len(steps):
         return pd.DataFrame({c: [] for c in STEP_COLUMNS})
-    busy_s, busy_e = union_intervals(acts["ts_us"].to_numpy(float), acts["end_us"].to_numpy(float))
-    # The launch of the activity that opens each busy interval: tells whether the GPU waited for it.
-    if len(acts):
-        order = np.argsort(acts["ts_us"].to_numpy(float), kind="stable")
-        sorted_ts = acts["ts_us"].to_numpy(float)[order]
-        sorted_launch_end = (acts["launch_ts_us"] + acts["launch_dur_us"]).to_numpy(float)[order]
-        first_idx = np.searchsorted(sorted_ts, busy_s, side="left")
-        opener_launch_end = sorted_launch_end[np.minimum(first_idx, len(sorted_ts) - 1)]
-    else:
-        opener_launch_end = np.empty(0)
+    busy_s, busy_e, opener_launch_end = _busy_intervals(acts)
     if syncs is None:
         syncs = sync_calls(trace)
     sync_ends = np.sort(syncs["end_us"].to_numpy(float)) if len(syncs) else np.empty(0)
@@ -160,22 +189,11 @@ def step_breakdown(
         w0 = min(max(s0, min(prev_gpu_end, gpu_start), prev_w1), w1)
         prev_gpu_end = max(prev_gpu_end, gpu_end)
         prev_w1 = max(prev_w1, w1)
-        # Busy intervals clipped to the window.
-        lo = np.searchsorted(busy_e, w0, side="right")
-        hi = np.searchsorted(busy_s, w1, side="left")
-        bs = np.clip(busy_s[lo:hi], w0, w1)
-        be = np.clip(busy_e[lo:hi], w0, w1)
+        bs, be, gap_s, gap_e, after_sync, waited_for_launch = _window_gaps(
+            w0, w1, busy_s, busy_e, opener_launch_end, sync_ends
+        )
         busy = float((be - bs).sum())
-        # Gaps: before each busy interval, and the tail (no opener: host time after the last launch).
-        gap_s = np.concatenate(([w0], be))
-        gap_e = np.concatenate((bs, [w1]))
-        openers = np.concatenate((opener_launch_end[lo:hi], [np.nan]))
         length = np.clip(gap_e - gap_s, 0, None)
-        j = np.searchsorted(sync_ends, gap_s - SYNC_SLACK_US, side="left")
-        after_sync = np.zeros(len(gap_s), dtype=bool)
-        ok = j < len(sync_ends)
-        after_sync[ok] = sync_ends[j[ok]] <= gap_e[ok]
-        waited_for_launch = ~after_sync & (np.isnan(openers) | (openers >= gap_s))
         idle = {
             "sync": float(length[after_sync].sum()),
             "launch": float(length[waited_for_launch].sum()),
@@ -215,6 +233,82 @@ def median_step_time_us(steps: pd.DataFrame) -> float | None:
     if not len(steps) or not steps["step_time_us"].notna().any():
         return None
     return float(np.nanmedian(steps["step_time_us"].to_numpy(float)))
+
+
+# Intervals kept per lane of the timeline strip. A 30 ms step drawn 1,000 px wide gives 30 µs a pixel, so the
+# longest 1,500 of the llama decode sample's 436 kernels and gaps a step lose nothing visible; the cap keeps a
+# step of a training trace with tens of thousands of kernels to ~100 kB in report.json.
+TIMELINE_MAX_INTERVALS = 1500
+TIMELINE_LANES = ("kernels", "copies", "idle_launch", "idle_sync", "idle_other")
+
+
+def _clip_union(starts: np.ndarray, ends: np.ndarray, w0: float, w1: float) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.searchsorted(ends, w0, side="right")
+    hi = np.searchsorted(starts, w1, side="left")
+    return np.clip(starts[lo:hi], w0, w1), np.clip(ends[lo:hi], w0, w1)
+
+
+def step_timeline(
+    steps: pd.DataFrame,
+    acts: pd.DataFrame,
+    syncs: pd.DataFrame,
+    step: int | None = None,
+    max_intervals: int = TIMELINE_MAX_INTERVALS,
+) -> dict | None:
+    """What the GPU did during one step, as intervals from the step's start, for the report's timeline strip.
+
+    ``steps`` is :func:`step_breakdown`'s table (its windows are reused), ``acts`` the GPU activities it was
+    built from (:func:`~gpuadvisor.analysis.linking.gpu_activities`), ``syncs`` :func:`sync_calls`. The step
+    shown is ``step`` (a ProfilerStep number) or the one whose step time is nearest the median. None without
+    steps. Returns (µs; each interval ``[start_us, duration_us]`` from the step's start, 2 decimals):
+
+    step, step_time_us, kernels (union of the kernel intervals on all streams), copies (union of the memcpy and
+    memset intervals), idle_launch, idle_sync, idle_other (the idle gaps, classified as :func:`step_breakdown`
+    classifies them, so each lane adds up to that step's figure), copy_us_per_step ([float], the copies' busy
+    time in every step, in table order), omitted ({lane: count} of the shortest intervals left out past
+    ``max_intervals`` per lane; empty when none was).
+    """
+    if not len(steps):
+        return None
+    times = steps["step_time_us"].to_numpy(float)
+    if step is not None and (steps["step"] == step).any():
+        i = int(np.flatnonzero((steps["step"] == step).to_numpy())[0])
+    else:
+        i = int(np.nanargmin(np.abs(times - np.nanmedian(times)))) if np.isfinite(times).any() else 0
+    w0, w1 = float(steps["start_us"].iloc[i]), float(steps["end_us"].iloc[i])
+    busy_s, busy_e, opener_launch_end = _busy_intervals(acts)
+    sync_ends = np.sort(syncs["end_us"].to_numpy(float)) if len(syncs) else np.empty(0)
+    _, _, gap_s, gap_e, after_sync, waited_for_launch = _window_gaps(
+        w0, w1, busy_s, busy_e, opener_launch_end, sync_ends
+    )
+    is_kernel = (acts["kind"] == "kernel").to_numpy()
+    ts, end = acts["ts_us"].to_numpy(float), acts["end_us"].to_numpy(float)
+    kernel_s, kernel_e = union_intervals(ts[is_kernel], end[is_kernel])
+    copy_s, copy_e = union_intervals(ts[~is_kernel], end[~is_kernel])
+    copy_us_per_step = []
+    for s0, s1 in zip(steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float)):
+        cs, ce = _clip_union(copy_s, copy_e, s0, s1)
+        copy_us_per_step.append(round(float((ce - cs).sum()), 2))
+    lanes = {
+        "kernels": _clip_union(kernel_s, kernel_e, w0, w1),
+        "copies": _clip_union(copy_s, copy_e, w0, w1),
+        "idle_launch": (gap_s[waited_for_launch], gap_e[waited_for_launch]),
+        "idle_sync": (gap_s[after_sync], gap_e[after_sync]),
+        "idle_other": (gap_s[~after_sync & ~waited_for_launch], gap_e[~after_sync & ~waited_for_launch]),
+    }
+    out: dict = {"step": int(steps["step"].iloc[i]), "step_time_us": round(w1 - w0, 2)}
+    omitted = {}
+    for lane in TIMELINE_LANES:
+        starts, ends = lanes[lane]
+        length = ends - starts
+        keep = np.flatnonzero(length > 0)
+        if len(keep) > max_intervals:
+            omitted[lane] = int(len(keep) - max_intervals)
+            keep = np.sort(keep[np.argsort(-length[keep], kind="stable")[:max_intervals]])
+        out[lane] = [[round(float(starts[k] - w0), 2), round(float(length[k]), 2)] for k in keep]
+    out["copy_us_per_step"] = copy_us_per_step
+    out["omitted"] = omitted
+    return out
 
 
 def _rows_by_step(step_index: np.ndarray, n_steps: int) -> list[np.ndarray]:

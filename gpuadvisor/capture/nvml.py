@@ -16,7 +16,6 @@ A reading that the device does not support is recorded as None; the sampler neve
 from __future__ import annotations
 
 import csv
-import os
 import statistics
 import threading
 import time
@@ -324,8 +323,13 @@ def summarize(sampler: NvmlSampler | None, step_times_us: list[float]) -> dict[s
 
 
 def write_csv(samples: list[NvmlSample], path: Path) -> None:
-    """Every sample as a row of :data:`CSV_COLUMNS` (throttle reasons joined with ``|``; empty where unknown)."""
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    """Every sample as a row of :data:`CSV_COLUMNS` (throttle reasons joined with ``|``; empty where unknown),
+    written atomically with the mode of every output file (:mod:`gpuadvisor.outputs`)."""
+    import io
+
+    from gpuadvisor.outputs import write_atomic
+
+    with io.StringIO(newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(CSV_COLUMNS)
         for s in samples:
@@ -341,8 +345,7 @@ def write_csv(samples: list[NvmlSample], path: Path) -> None:
                     "|".join(s.throttle_reasons),
                 ]
             )
-        handle.flush()
-        os.fsync(handle.fileno())
+        write_atomic(path, handle.getvalue())
 
 
 def _cell(value: Any) -> str:

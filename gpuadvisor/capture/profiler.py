@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.interrupt import deferred
+from gpuadvisor.outputs import file_mode
 
 if TYPE_CHECKING:
     from gpuadvisor.workload import Workload
@@ -177,7 +178,7 @@ def _export_gzipped(prof, out_path: Path) -> None:
                 target.write(text)
             raw.flush()
             os.fsync(raw.fileno())
-        os.chmod(gz_tmp, 0o644)  # mkstemp makes files private; a trace is meant to be shared
+        os.chmod(gz_tmp, file_mode())  # mkstemp makes files private; a trace is meant to be shared
         os.replace(gz_tmp, out_path)
         gz_tmp = None
     finally:

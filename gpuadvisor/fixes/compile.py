@@ -174,7 +174,7 @@ class CompileFix(Fix):
         from gpuadvisor.capture.timing import time_steps
         from gpuadvisor.fixes.safety import model_device
         from gpuadvisor.fixes.state import collect_state, workload_roots
-        from gpuadvisor.workload import _make_step_fn
+        from gpuadvisor.workload import make_step_fn
 
         device = model_device(workload.model, workload.inputs) or "cpu"
         cuda = device.startswith("cuda") and torch.cuda.is_available()
@@ -200,7 +200,7 @@ class CompileFix(Fix):
                     how = {"mode": None if mode == "default" else mode}
                 pairs = [(module, torch.compile(module._call_impl, **how)) for _, module in modules]
                 step = CompiledStep(workload.step, _SwitchedIn(pairs), mode)
-                run = _make_step_fn(step, workload.model, workload.inputs, workload.path)
+                run = make_step_fn(step, workload.model, workload.inputs, workload.path)
                 breaks_before = _graph_breaks()
                 try:
                     started = time.perf_counter()
@@ -215,9 +215,9 @@ class CompileFix(Fix):
                         times = time_steps(lambda i, run=run: run(), TIMING_STEPS, cuda=cuda)
                         median = sorted(times.samples_us)[len(times.samples_us) // 2]
                 except Exception as error:  # one mode failing (an inductor error) leaves the others
-                    from gpuadvisor.workload import _describe
+                    from gpuadvisor.workload import describe_error
 
-                    skipped.append({"target": f"mode {mode}", "reason": _describe(error)})
+                    skipped.append({"target": f"mode {mode}", "reason": describe_error(error)})
                     continue
                 finally:
                     state.restore(start_state)

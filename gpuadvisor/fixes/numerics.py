@@ -260,7 +260,7 @@ def check_numerics(
 
     from gpuadvisor.fixes.safety import model_device
     from gpuadvisor.fixes.state import collect_state, describe_paths, same_slot, workload_roots
-    from gpuadvisor.workload import _make_step_fn
+    from gpuadvisor.workload import make_step_fn
 
     if policy not in ("model", "fp8", "bf16"):
         raise ValueError(f"unknown numerics policy {policy!r} (expected 'model', 'fp8' or 'bf16')")
@@ -295,7 +295,7 @@ def check_numerics(
     def run(workload: Any, inputs: Any, trial: int, label: str) -> Any:
         torch.manual_seed(seed * 1_000 + trial)
         rng_before = _rng_states(on_cuda)
-        outputs = flatten_outputs(_make_step_fn(workload.step, workload.model, inputs, label)())
+        outputs = flatten_outputs(make_step_fn(workload.step, workload.model, inputs, label)())
         drew.append(_rng_states(on_cuda) != rng_before)
         return outputs
 
@@ -398,9 +398,11 @@ def check_numerics(
                     with autocast_watch(disable=True):  # the reference computes in float32 throughout
                         runs_reference = _reference_runs(original, trial_inputs, list(written), seed, run)
                 except Exception as error:  # the model may not run in fp32 (a hard-coded dtype): say so, go on
-                    from gpuadvisor.workload import _describe
+                    from gpuadvisor.workload import describe_error
 
-                    notes.append(f"no fp32 reference: the float32 copy raised {_describe(error)}; fixed bound used")
+                    notes.append(
+                        f"no fp32 reference: the float32 copy raised {describe_error(error)}; fixed bound used"
+                    )
                     runs_reference = None
                 finally:
                     _release(on_cuda)
@@ -422,9 +424,9 @@ def check_numerics(
                         )
                         wide_reference = True
                     except Exception as error:  # a hard-coded dtype: keep the fixed bound, say so
-                        from gpuadvisor.workload import _describe
+                        from gpuadvisor.workload import describe_error
 
-                        notes.append(f"no fp64 reference: the float64 copy raised {_describe(error)}")
+                        notes.append(f"no fp64 reference: the float64 copy raised {describe_error(error)}")
                     finally:
                         _release(on_cuda)
 

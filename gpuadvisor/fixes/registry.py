@@ -221,7 +221,7 @@ def apply_fixes(
 
 
 def _one_line(stage: str, error: BaseException) -> str:
-    from gpuadvisor.workload import _describe
+    from gpuadvisor.workload import describe_error
 
     what = {
         "load": "could not be loaded",
@@ -229,5 +229,5 @@ def _one_line(stage: str, error: BaseException) -> str:
         "apply": "raised while applying",
         "numerics": "numerics guard could not run",
     }[stage]
-    text = str(error) if isinstance(error, GpuAdvisorError) else _describe(error)
+    text = str(error) if isinstance(error, GpuAdvisorError) else describe_error(error)
     return f"{what}: {text}"

@@ -269,7 +269,7 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from gpuadvisor.fixes.state import collect_state, step_globals
-    from gpuadvisor.workload import _make_step_fn
+    from gpuadvisor.workload import make_step_fn
 
     device = model_device(workload.model, workload.inputs)
     on_cuda = device is not None and device.startswith("cuda")
@@ -330,7 +330,7 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
                 self.syncs.append((via, result, finding))
             return result
 
-    step_fn = _make_step_fn(workload.step, model, inputs, workload.path)
+    step_fn = make_step_fn(workload.step, model, inputs, workload.path)
     recorders = []
     fresh_syncs = None
     try:
@@ -349,7 +349,7 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
 
             fresh = Recorder()
             try:
-                fresh_step = _make_step_fn(workload.step, model, fresh_inputs(inputs, BAKE_CHECK_SEED), workload.path)
+                fresh_step = make_step_fn(workload.step, model, fresh_inputs(inputs, BAKE_CHECK_SEED), workload.path)
                 with fresh:
                     fresh_step()
                 fresh_syncs = fresh.syncs

@@ -17,7 +17,6 @@ from gpuadvisor.report.formatting import (
     format_count,
     format_pct,
     format_us,
-    short_kernel_name,
 )
 from gpuadvisor.report.sections import Column, Table
 
@@ -242,15 +241,10 @@ def class_table(report: Any) -> Table:
 def kernel_change_table(report: Any, key: str, title: str, name_chars: int = KERNEL_CHARS) -> Table:
     """The kernels that ``disappeared`` or ``appeared`` between before and after, by time per step."""
     table = Table(title, [Column("Kernel"), Column("µs/step", numeric=True), Column("Calls/step", numeric=True)])
-    diff = sections.section(report, "kernel_diff")
-    for row in sections.records(diff, key):
-        table.rows.append(
-            [
-                short_kernel_name(row.get("name"), name_chars),
-                format_us(row.get("us_per_step")),
-                format_count(row.get("count_per_step")),
-            ]
-        )
+    rows = sections.records(sections.section(report, "kernel_diff"), key)
+    names = sections.distinct_short_names([row.get("name") for row in rows], name_chars)
+    for row, name in zip(rows, names, strict=True):
+        table.rows.append([name, format_us(row.get("us_per_step")), format_count(row.get("count_per_step"))])
     return table
 
 
@@ -286,7 +280,7 @@ def render_apply_terminal(report: dict[str, Any], console) -> None:
     from rich.syntax import Syntax
     from rich.text import Text
 
-    from gpuadvisor.report.terminal import CLASS_STYLES, _rich_table
+    from gpuadvisor.report.terminal import CLASS_STYLES, rich_table
 
     tool = sections.section(report, "tool")
     header = Text()
@@ -304,16 +298,16 @@ def render_apply_terminal(report: dict[str, Any], console) -> None:
     console.print()
     fixes = fix_table(report)
     if fixes.rows:
-        console.print(_rich_table(fixes, {"Status": STATUS_STYLES}))
+        console.print(rich_table(fixes, {"Status": STATUS_STYLES}))
     else:
         console.print(Text("Fixes", style="bold"))
         console.print(Text("No fix was requested.", style="dim"))
     console.print()
     search = search_table(report)
     if search.rows:
-        console.print(_rich_table(search))
+        console.print(rich_table(search))
         console.print()
-    console.print(_rich_table(comparison_table(report)))
+    console.print(rich_table(comparison_table(report)))
     console.print()
     for table in (
         class_table(report),
@@ -325,7 +319,7 @@ def render_apply_terminal(report: dict[str, Any], console) -> None:
         ),
     ):
         if table.rows:
-            console.print(_rich_table(table, {"Class": CLASS_STYLES}))
+            console.print(rich_table(table, {"Class": CLASS_STYLES}))
             console.print()
     keep = keep_lines(report)
     if keep:
@@ -346,7 +340,7 @@ def render_apply_terminal(report: dict[str, Any], console) -> None:
 
 def render_apply_markdown(report: dict[str, Any]) -> str:
     """The apply report as GitHub-flavoured Markdown (every piece of report text escaped). Ends with a newline."""
-    from gpuadvisor.report.markdown import _table, escape_markdown
+    from gpuadvisor.report.markdown import escape_markdown, markdown_table
 
     tool = sections.section(report, "tool")
     lines = ["# gpuadvisor report: apply", "", "| | |", "|---|---|"]
@@ -360,13 +354,13 @@ def render_apply_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| **{label}** | {escape_markdown(value)} |")
     lines.append("")
     lines += ["## Fixes", ""]
-    lines += _table(fix_table(report), "No fix was requested.")
+    lines += markdown_table(fix_table(report), "No fix was requested.")
     search = search_table(report)
     if search.rows:
         lines += ["## Search (--fix auto)", ""]
-        lines += _table(search, "")
+        lines += markdown_table(search, "")
     lines += ["## Before and after", ""]
-    lines += _table(comparison_table(report), "No measurements.")
+    lines += markdown_table(comparison_table(report), "No measurements.")
     for table in (
         class_table(report),
         kernel_change_table(report, "disappeared", "Kernels that disappeared"),
@@ -374,7 +368,7 @@ def render_apply_markdown(report: dict[str, Any]) -> str:
     ):
         if table.rows:
             lines += [f"## {table.title}", ""]
-            lines += _table(table, "")
+            lines += markdown_table(table, "")
     keep = keep_lines(report)
     if keep:
         lines += ["## Keep the fixes", "", "Add these lines to your code:", "", "```python", *keep, "```", ""]

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from gpuadvisor import __version__
 from gpuadvisor.analysis.bundle import Analysis
-from gpuadvisor.report.json import SCHEMA_VERSION, to_plain
+from gpuadvisor.analysis.timeline import step_timeline, sync_calls
+from gpuadvisor.report.json import to_plain
+from gpuadvisor.report.schema import assemble_report
 from gpuadvisor.rules.engine import Finding, combined_estimate
 
 clean = to_plain
@@ -81,9 +82,6 @@ def build_report(
     summary.update(combined_estimate(finding_rows, summary))
     peaks = a.peaks
     report = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "gpuadvisor", "version": __version__},
-        "command": command,
         "source": {
             "path": trace.source,
             "ranks": list(trace.ranks),
@@ -126,6 +124,7 @@ def build_report(
             }
             for r in steps.itertuples()
         ],
+        "timeline": _timeline(a),
         "kernels": [
             {
                 "name": r.name,
@@ -189,7 +188,7 @@ def build_report(
     ranks = _ranks_section(a)
     if ranks is not None:
         report["ranks"] = ranks
-    return clean(report)
+    return assemble_report(command, clean(report))
 
 
 def _ranks_section(a: Analysis) -> dict[str, Any] | None:
@@ -231,6 +230,13 @@ def _ranks_section(a: Analysis) -> dict[str, Any] | None:
         "straggler_excess_wait_us_per_step": _round(straggler.get("excess_wait_us_per_step")),
         "straggler_excess_wait_pct": _round(straggler.get("excess_wait_pct")),
     }
+
+
+def _timeline(a: Analysis) -> dict[str, Any] | None:
+    """One step's GPU intervals for the report's timeline strip (:func:`~gpuadvisor.analysis.timeline.step_timeline`:
+    the profiled step nearest the median); None without steps."""
+    syncs = a.syncs if a.syncs is not None else sync_calls(a.trace)
+    return step_timeline(a.steps, a.activities, syncs)
 
 
 def _cuda_version(value: Any) -> str | None:

@@ -291,7 +291,7 @@ def _mangled_short(name: str) -> str | None:
     return leaf
 
 
-def _shorten_middle(text: str, max_chars: int) -> str:
+def shorten_middle(text: str, max_chars: int) -> str:
     """Cut the middle out of ``text`` (keeping both ends, where kernel names carry tile sizes and suffixes)."""
     if len(text) <= max_chars:
         return text
@@ -300,8 +300,11 @@ def _shorten_middle(text: str, max_chars: int) -> str:
     tail_len = max(3, max_chars // 4 if max_chars < 48 else max_chars // 3)
     tail = text[-tail_len:]
     cut = tail.find("_")
+    back = text.rfind("_", 0, len(text) - tail_len)
     if 0 <= cut < tail_len - 4:  # start the tail at a word boundary when that costs little
         tail = tail[cut + 1 :]
+    elif 0 <= back and len(text) - back - 1 <= max_chars // 2 and len(text) - tail_len - back <= tail_len // 2 + 2:
+        tail = text[back + 1 :]  # a word cut after its first letters (splitK -> "tK"): take it whole
     head_len = max_chars - 1 - len(tail)
     head = text[:head_len]
     cut = head.rfind("_")
@@ -322,7 +325,9 @@ def short_kernel_name(name: Any, max_chars: int = KERNEL_NAME_CHARS) -> str:
     """
     if name is None:
         return MISSING
-    text = " ".join(str(name).split())
+    from gpuadvisor.textsafe import escape_control
+
+    text = escape_control(" ".join(str(name).split()))
     if not text:
         return MISSING
     short: str | None = None
@@ -340,5 +345,5 @@ def short_kernel_name(name: Any, max_chars: int = KERNEL_NAME_CHARS) -> str:
         budget = max_chars - len(inner) - 3
         if budget >= 6:
             return f"{wrapper[:budget]}…<{inner}>"
-        return _shorten_middle(inner, max_chars)
-    return _shorten_middle(short, max_chars)
+        return shorten_middle(inner, max_chars)
+    return shorten_middle(short, max_chars)

@@ -1,10 +1,14 @@
 """``report.json``: the versioned report schema, its encoder and its loader.
 
+:func:`to_json` is the one JSON encoder of every command's output (reports, ``rules``, ``scan``, ``ncu``,
+``calibrate``, ``compare``, ``diff``): strict JSON, ``null`` for NaN and infinities. The schema as code, from which
+``docs/report.schema.json`` is generated, is :mod:`gpuadvisor.report.schema`; every report is assembled there.
+
 A report is a plain dict. Version 1 (the one :data:`SCHEMA_VERSION` names) holds, times in µs:
 
 ``schema_version``   int, 1
 ``tool``             {name, version}
-``command``          "analyze" | "profile"
+``command``          "analyze" | "profile" | "apply"
 ``source``           {path, ranks [int], events, size_bytes}
 ``env``              {gpu_name, sm_count, compute_capability "9.0", driver, cuda, torch, triton, clocks {}}
                      (each may be null)
@@ -18,6 +22,12 @@ A report is a plain dict. Version 1 (the one :data:`SCHEMA_VERSION` names) holds
                      to"), combined_saving_basis (str); rules/engine.py, combined_estimate}
 ``steps``            [{step, start_us, step_time_us, gpu_busy_us, gpu_busy_pct, idle_launch_us,
                      idle_sync_us, idle_other_us, kernels, host_syncs}]
+``timeline``         optional (null without steps): one profiled step, the one nearest the median, for the
+                     report's timeline strip: {step, step_time_us, kernels, copies, idle_launch, idle_sync,
+                     idle_other (each [[start_us, duration_us]] from the step's start: the union of the kernel,
+                     of the memcpy/memset intervals, and the idle gaps classified as the step breakdown does),
+                     copy_us_per_step [float] (every step's copy time, in steps order), omitted {lane: count of
+                     the shortest intervals left out}} (analysis/timeline.py, step_timeline)
 ``kernels``          [{name, family, count, count_per_step, total_us, us_per_step, mean_us, pct_of_gpu_time,
                      flops, bytes, intensity (FLOP/byte), achieved_flops_per_s, achieved_bytes_per_s,
                      bound "compute"|"memory"|"latency"|"launch"|"unknown", pct_of_roof (null above 100:
@@ -40,6 +50,15 @@ A report is a plain dict. Version 1 (the one :data:`SCHEMA_VERSION` names) holds
                      world_size, backend, launcher, timing_agreement {tolerance_pct, max_abs_difference_pct,
                      within_tolerance} and per row timed_step_time_us, timed_step_p10_us, timed_step_p90_us,
                      timed_steps, step_time_source, trace_vs_timed_pct, folder (profile.py, _merge_ranks)
+``memory``           optional, ``profile``: {allocator (CUDA only, else absent or null: allocated_peak_bytes,
+                     reserved_peak_bytes, reserved_minus_allocated_peak_bytes, fragmentation_pct,
+                     inactive_split_peak_bytes, num_alloc_retries, num_ooms, device_total_bytes,
+                     peak_pct_of_device, headroom_bytes, ...), snapshot (``--memory``: segments, reserved_bytes,
+                     free_bytes, largest_free_block_bytes, external_fragmentation_pct, peak_bytes,
+                     bytes_by_category {category: bytes}, top_sites [{site, bytes, count}], ...), kv_cache (decode
+                     workloads with a cache found: bytes_per_token, free_bytes, tokens_that_fit,
+                     sequences_that_fit, fp8_sequences_that_fit, paged_sequences_that_fit, ...), notes [str]}
+                     (capture/memory.py: allocator_summary, snapshot_summary, kv_cache_capacity)
 ``distributed``      optional, one rank's own report of a multi-rank profile: {rank, world_size, local_rank, backend}
 
 Numbers a run could not measure are ``null``; NaN and infinities are written as ``null`` too.
@@ -158,7 +177,9 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        from gpuadvisor.inputs import read_bytes  # a regular file only, at most 256 MiB, nesting checked
+
+        data = read_bytes(path, "report")
     except FileNotFoundError:
         raise BadInputError(f"report not found: {path}") from None
     except IsADirectoryError:

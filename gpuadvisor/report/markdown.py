@@ -33,7 +33,7 @@ def escape_markdown(value: Any) -> str:
     return _UNDERSCORES.sub(_escape_underscores, text)
 
 
-def _table(table: Table, empty: str) -> list[str]:
+def markdown_table(table: Table, empty: str) -> list[str]:
     if not table.rows:
         return [f"_{empty}_", ""]
     lines = []
@@ -119,11 +119,11 @@ def render_markdown(report: dict[str, Any], top: int = 20) -> str:
     kernels = sections.kernel_table(report, top, KERNEL_NAME_CHARS, extended=True)
     if kernels.rows or not sections.records(report, "kernels"):
         lines += ["## Top kernels", ""]
-        lines += _table(kernels, "No GPU kernels in this trace.")
+        lines += markdown_table(kernels, "No GPU kernels in this trace.")
 
     lines += ["## Findings", ""]
     findings = sections.finding_table(report)
-    lines += _table(findings, "No findings.")
+    lines += markdown_table(findings, "No findings.")
     if findings.rows:
         lines += _finding_details(report)
 
@@ -137,7 +137,7 @@ def render_markdown(report: dict[str, Any], top: int = 20) -> str:
     for table in tables:
         if table.rows:
             lines += [f"## {table.title}", ""]
-            lines += _table(table, "")
+            lines += markdown_table(table, "")
 
     lines += _bullets("Notes", [escape_markdown(note) for note in sections.notes(report)])
     skipped = [

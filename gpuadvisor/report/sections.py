@@ -25,6 +25,7 @@ from gpuadvisor.report.formatting import (
     short_kernel_name,
 )
 from gpuadvisor.stats import percentile
+from gpuadvisor.textsafe import escape_control
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 # Percentiles are printed only from this many step samples up; below that p10/p90 say nothing.
@@ -65,12 +66,13 @@ def records(report: Any, key: str) -> list[dict[str, Any]]:
 
 
 def text(value: Any, default: str = MISSING) -> str:
-    """A value as one line of text; None, NaN and empty strings give ``default``."""
+    """A value as one line of text, control characters shown as escapes (a report read from a file is someone
+    else's text: :mod:`gpuadvisor.textsafe`); None, NaN and empty strings give ``default``."""
     if value is None:
         return default
     if isinstance(value, float) and not math.isfinite(value):
         return default
-    result = " ".join(str(value).split())
+    result = escape_control(" ".join(str(value).split()))
     return result or default
 
 
@@ -369,10 +371,97 @@ def summary_classes(report: Any) -> str:
 # --- kernels ------------------------------------------------------------------------------------
 
 
+# Long enough for any kernel name: short_kernel_name at this width simplifies the name but never cuts it.
+_UNCUT = 100_000
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[-1 - i] == b[-1 - i]:
+        i += 1
+    return i
+
+
+def keep_part(text: str, start: int, end: int, max_chars: int) -> str:
+    """``text`` in at most ``max_chars`` characters that show ``text[start:end]`` (the part that tells it apart
+    from a similar name), then as much of what follows as fits, then of what precedes, with "…" where something
+    is left out; the name's first word (``nvjet``, ``sm90``) stays in front when there is room."""
+    n = len(text)
+    if n <= max_chars:
+        return text
+    start = max(0, min(start, n - 1))
+    cut = text.rfind("_", 0, start)
+    if 0 <= cut and start - cut <= 6:  # begin at a word boundary when that costs a few characters
+        start = cut + 1
+    end = max(start + 1, min(end, n))
+    first = text.find("_")
+    head = text[:first] if 0 < first <= 8 else ""
+
+    def render(a: int, b: int, lead: str) -> str:
+        left = text[:a] if a <= len(lead) else (f"{lead}…" if lead else "…")
+        return left + text[a:b] + ("" if b >= n else "…")
+
+    lead = head
+    a, b = start, min(end, n)
+    while len(render(a, b, lead)) > max_chars and b > a + 1:
+        b -= 1  # the differing part is longer than the room: keep its beginning
+    if len(render(a, b, lead)) > max_chars:
+        lead = ""
+    while b < n and len(render(a, b + 1, lead)) <= max_chars:
+        b += 1
+    while a > 0 and len(render(a - 1, b, lead)) <= max_chars:
+        a -= 1
+    return render(a, b, lead)
+
+
+def _wrapper_part(full: str, start: int, max_chars: int) -> str | None:
+    """``unrolled…<direct_…cuda>``: a ``wrapper<functor>`` name that differs from another in its wrapper keeps
+    the wrapper's beginning up to the difference, and the functor (what the kernel does) as far as it fits."""
+    import re
+
+    wrapped = re.fullmatch(r"(\w+)<(\w+)>", full)
+    if wrapped is None or start >= len(wrapped.group(1)):
+        return None
+    wrapper, inner = wrapped.groups()
+    keep = max(start + 1, 4)
+    room = max_chars - keep - 3  # "…", "<" and ">"
+    if keep >= len(wrapper) or room < 6:
+        return None
+    from gpuadvisor.report.formatting import shorten_middle
+
+    return f"{wrapper[:keep]}…<{shorten_middle(inner, room)}>"
+
+
 def distinct_short_names(names: list[Any], max_chars: int) -> list[str]:
-    """Short names for a list of kernels; different kernels that shorten alike (template instances of
-    one kernel, names cut in the middle) get " (2)", " (3)", … in list order, within ``max_chars``."""
+    """Short names for a list of kernels, within ``max_chars``, such that two different kernels never read the
+    same. Kernels whose names shorten alike but differ (``nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT`` and
+    ``nvjet_sm90_tst_256x8_64x6_2x1_v_bz_TNT`` cut in the middle) show the part where they differ
+    (:func:`keep_part`); kernels whose simplified names are the same (template instances of one kernel) get
+    " (2)", " (3)", … in list order."""
     shorts = [short_kernel_name(name, max_chars) for name in names]
+    fulls = [short_kernel_name(name, _UNCUT) for name in names]
+    for _ in range(3):  # a new short name may meet another one: look again, a few times at most
+        groups: dict[str, set[str]] = {}
+        for short, full in zip(shorts, fulls, strict=True):
+            groups.setdefault(short, set()).add(full)
+        if all(len(fulls_alike) == 1 for fulls_alike in groups.values()):
+            break
+        for i, (short, full) in enumerate(zip(shorts, fulls, strict=True)):
+            others = groups[short] - {full}
+            if not others:
+                continue
+            start = max(_common_prefix(full, other) for other in others)
+            end = len(full) - max(_common_suffix(full, other) for other in others)
+            shorts[i] = _wrapper_part(full, start, max_chars) or keep_part(full, start, max(end, start + 1), max_chars)
     seen: dict[str, list[Any]] = {}
     result = []
     for name, short in zip(names, shorts, strict=True):

@@ -19,12 +19,14 @@ from gpuadvisor.report import sections
 from gpuadvisor.report.formatting import KERNEL_NAME_CHARS, short_kernel_name
 from gpuadvisor.report.sections import Table
 
-__all__ = ["render_terminal", "short_kernel_name"]
+__all__ = ["render_terminal", "rich_table", "short_kernel_name"]
 
 SEVERITY_STYLES = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 CLASS_STYLES = {"compute": "magenta", "memory": "blue", "latency": "yellow", "launch": "red", "unknown": "dim"}
-# Kernel names never get narrower than this, whatever the console width (the table wraps instead).
-MIN_NAME_CHARS = 16
+# Kernel names get at least this many characters before the optional columns stay: at 80 columns (a CI log,
+# a pipe) the family column goes and names keep 33, enough for nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT's tile
+# sizes or a functor's name; narrower consoles get shorter names, never an error.
+MIN_NAME_CHARS = 28
 
 
 def _without(table: Table, names: set[str]) -> Table:
@@ -38,10 +40,10 @@ def _without(table: Table, names: set[str]) -> Table:
     )
 
 
-def _rich_table(table: Table, styles: dict[str, dict[str, str]] | None = None) -> RichTable:
+def rich_table(table: Table, styles: dict[str, dict[str, str]] | None = None) -> RichTable:
     """A rich table from a section table. Numbers never wrap; text columns fold when space runs out."""
     styles = styles or {}
-    rich_table = RichTable(
+    out = RichTable(
         title=Text(table.title, style="bold"),
         title_justify="left",
         caption=Text(table.caption, style="dim") if table.caption else None,
@@ -54,19 +56,19 @@ def _rich_table(table: Table, styles: dict[str, dict[str, str]] | None = None) -
     )
     for column in table.columns:
         short = column.numeric or not column.wrap
-        rich_table.add_column(
+        out.add_column(
             column.name,
             justify="right" if column.numeric else "left",
             no_wrap=short,
-            overflow="ellipsis" if short else "fold",
+            overflow="fold",  # fit_table keeps numbers and labels whole, and wraps text between words
         )
     for row in table.rows:
         cells = []
         for column, value in zip(table.columns, row, strict=False):
             style = styles.get(column.name, {}).get(value, "")
             cells.append(Text(value, style=style))
-        rich_table.add_row(*cells)
-    return rich_table
+        out.add_row(*cells)
+    return out
 
 
 def _natural_width(table: Table, index: int) -> int:
@@ -166,7 +168,7 @@ def render_terminal(report: dict[str, Any], console: Console, top: int = 10) -> 
 
     kernels = _kernel_table(report, top, console.width)
     if kernels.rows:
-        console.print(_rich_table(kernels, {"Class": CLASS_STYLES}))
+        console.print(rich_table(kernels, {"Class": CLASS_STYLES}))
         console.print()
     elif not sections.records(report, "kernels"):
         console.print(Text("Top kernels", style="bold"))
@@ -175,7 +177,7 @@ def render_terminal(report: dict[str, Any], console: Console, top: int = 10) -> 
 
     findings = sections.finding_table(report)
     if findings.rows:
-        console.print(_rich_table(findings, {"Severity": SEVERITY_STYLES}))
+        console.print(rich_table(findings, {"Severity": SEVERITY_STYLES}))
         console.print()
         for block in _finding_details(report):
             console.print(block)
@@ -186,7 +188,7 @@ def render_terminal(report: dict[str, Any], console: Console, top: int = 10) -> 
 
     for table in (sections.rank_table(report), sections.transfer_table(report), sections.host_sync_table(report)):
         if table.rows:
-            console.print(_rich_table(table))
+            console.print(rich_table(table))
             console.print()
 
     notes = sections.notes(report)

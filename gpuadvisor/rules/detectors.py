@@ -1,5 +1,7 @@
 """Built-in detectors. Each reads the :class:`~gpuadvisor.analysis.bundle.Analysis` tables and its rule's
-thresholds, and returns a finding with evidence and an estimated saving per step (or None)."""
+thresholds, and returns a finding with evidence and an estimated saving per step (or None). They are registered
+by name in :data:`gpuadvisor.rules.engine.DETECTORS`, with the ``*_timed`` functions that re-derive a saving
+against a step timed without the profiler."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from gpuadvisor.analysis.sources import DIRECTION_KINDS
 from gpuadvisor.analysis.timeline import call_sources
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
-from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding, retimer
+from gpuadvisor.rules.engine import Finding, Rule, SkipRule, make_finding
 
 _CHAIN_FAMILIES = {"elementwise", "normalization", "reduction", "copy"}
 _SYNC_OP_HINTS = {
@@ -43,7 +45,6 @@ def step_with_graph_us(gpu_busy_us: float, kernels_per_step: float, rule: Rule) 
     return gpu_busy_us + kernels_per_step * rule.threshold("graph_overhead_us_per_kernel")
 
 
-@detector("launch_bound")
 def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     step = a.step_time_us
     if not step:
@@ -86,7 +87,6 @@ def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
-@retimer("launch_bound")
 def launch_bound_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: float | None) -> tuple[float, str]:
     """Against a step timed without the profiler (which stretches launch gaps, not kernels): timed step -
     the graph-replayed step of the evidence's GPU busy time and kernel count."""
@@ -101,7 +101,6 @@ def launch_bound_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: 
     )
 
 
-@detector("underfilled_kernels")
 def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
     sm_count = a.peaks.sm_count
     if not sm_count:
@@ -169,7 +168,6 @@ def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> pd.DataFr
     return runs[sizes >= min_length]
 
 
-@detector("elementwise_chain")
 def elementwise_chain(a: Analysis, rule: Rule) -> Finding | None:
     k = _in_steps(a.kernels)
     if not len(k) or not a.n_steps or not a.step_time_us:
@@ -204,7 +202,6 @@ def elementwise_chain(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
-@detector("fp32_matmul")
 def fp32_matmul(a: Analysis, rule: Rule) -> Finding | None:
     k = _in_steps(a.kernels)
     if not len(k) or not a.n_steps:
@@ -245,7 +242,6 @@ def fp32_matmul(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
-@detector("host_syncs")
 def host_syncs(a: Analysis, rule: Rule) -> Finding | None:
     syncs = a.median("host_syncs") or 0.0
     if syncs < rule.threshold("min_syncs_per_step") or not a.step_time_us:
@@ -274,7 +270,6 @@ def host_syncs(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, idle, severity=severity)
 
 
-@retimer("host_syncs")
 def host_syncs_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: float | None) -> tuple[float, None]:
     """The idle time after syncs is host-side time, which the profiler's overhead stretches: scaled by
     timed / profiled step."""
@@ -284,7 +279,6 @@ def host_syncs_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: fl
     return saving, None
 
 
-@detector("pageable_copies")
 def pageable_copies(a: Analysis, rule: Rule) -> Finding | None:
     t = _in_steps(a.transfers)
     t = t[t["pageable"] & (t["op"] == "memcpy")]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from gpuadvisor.analysis.distributed import DistributedAnalysis
-from gpuadvisor.rules.engine import Finding, Rule, SkipRule, detector, make_finding
+from gpuadvisor.rules.engine import Finding, Rule, SkipRule, make_finding
 
 
 def _r(x: Any, digits: int = 1) -> float | None:
@@ -38,7 +38,6 @@ def _step_basis(d: DistributedAnalysis) -> str:
     return "whole trace per rank (no common ProfilerStep numbers)"
 
 
-@detector("exposed_communication")
 def exposed_communication(a: Any, rule: Rule) -> Finding | None:
     d = multi_rank(a)
     t = d.rank_table
@@ -85,7 +84,6 @@ def exposed_communication(a: Any, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
-@detector("straggler_rank")
 def straggler_rank(a: Any, rule: Rule) -> Finding | None:
     d = multi_rank(a)
     s = d.straggler

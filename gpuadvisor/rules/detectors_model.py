@@ -16,7 +16,7 @@ from gpuadvisor.analysis.linking import assign_steps, match_names, step_windows
 from gpuadvisor.analysis.operators import kernels_launched, operator_inputs, operator_parents, tensor_dims
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
-from gpuadvisor.rules.engine import MEASURED_ALTERNATIVE, ROOF, Finding, Rule, SkipRule, detector, make_finding, retimer
+from gpuadvisor.rules.engine import MEASURED_ALTERNATIVE, ROOF, Finding, Rule, SkipRule, make_finding
 
 _SIXTEEN_BIT = {"c10::Half", "c10::BFloat16", "half", "bfloat16"}
 _FP32 = {"float", "c10::Float"}
@@ -190,7 +190,6 @@ def find_eager_attention(a: Analysis, min_seq_len: int) -> list[dict]:
     return chains
 
 
-@detector("unfused_attention")
 def unfused_attention(a: Analysis, rule: Rule) -> Finding | None:
     if not a.n_steps or not a.step_time_us:
         return None
@@ -265,7 +264,6 @@ def unfused_attention(a: Analysis, rule: Rule) -> Finding | None:
 _LAYOUT_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
 
 
-@detector("layout_conversions")
 def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     k, _ = _kernels_in_steps(a)
     if not len(k) or not a.n_steps or not a.step_time_us:
@@ -312,7 +310,6 @@ _FP32_NAME = r"(?i)tf32|sgemm|f32f32|s1688|ffma|implicit_convolve_sgemm"
 _CONV_NAME = r"(?i)fprop|dgrad|wgrad|conv"
 
 
-@detector("fp32_compute")
 def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
     k, _ = _kernels_in_steps(a)
     if not len(k) or not a.n_steps:
@@ -412,7 +409,6 @@ def _parameters_per_step(a: Analysis) -> tuple[float, float, int] | None:
     return len(rows) / steps, numel / steps, itemsize
 
 
-@detector("optimizer_loop")
 def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
     if not a.n_steps or not a.step_time_us:
         return None
@@ -479,7 +475,6 @@ def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
-@retimer("optimizer_loop")
 def optimizer_loop_timed(
     finding: dict, rule: Rule, timed_us: float, profiled_us: float | None
 ) -> tuple[float, str | None]:
@@ -519,7 +514,6 @@ def _gemm_mnk(op: str, dims: list | None) -> tuple[int, int, int] | None:
     return math.prod(a[:-1]), n, k
 
 
-@detector("misaligned_gemm")
 def misaligned_gemm(a: Analysis, rule: Rule) -> Finding | None:
     k, acts = _kernels_in_steps(a)
     if not len(k) or not a.n_steps or not a.step_time_us:

@@ -1,8 +1,10 @@
 """Rules: TOML files (data only) + detectors (Python, registered by name).
 
-Built-in rules live in ``gpuadvisor/rules/catalog/<ID>-<name>.toml``; ``--rules DIR`` adds rules or
-overrides built-in ones by id. A rule names the tables it ``needs``; when the trace lacks one, the rule is
-skipped and the report says why.
+Built-in rules live in the repository's ``rules/<ID>-<name>.toml`` (``gpuadvisor/rules/catalog/`` in an
+installed package: :data:`CATALOG_DIR`); ``--rules DIR`` adds rules or overrides built-in ones by id. A rule
+names the tables it ``needs``; when the trace lacks one, the rule is skipped and the report says why. Each rule's
+TOML also names its saving's basis and the share of the step it comes out of; its detector (registered by name in
+:data:`DETECTORS`) computes the figure and, where the profiler distorts it, re-derives it against a timed step.
 
 Every finding's saving carries its basis (``saving_basis``, one of :data:`SAVING_BASES`):
 
@@ -33,12 +35,12 @@ from typing import Any
 
 from gpuadvisor.errors import BadInputError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-CATALOG_DIR = Path(__file__).parent / "catalog"
+# The built-in rules: the repository's top-level rules/ folder, which the build copies into an installed
+# package as gpuadvisor/rules/catalog/ (setup.py); a source checkout, installed editable or run from the tree,
+# reads rules/ itself.
+PACKAGED_CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
+CHECKOUT_CATALOG_DIR = Path(__file__).resolve().parents[2] / "rules"
+CATALOG_DIR = PACKAGED_CATALOG_DIR if any(PACKAGED_CATALOG_DIR.glob("*.toml")) else CHECKOUT_CATALOG_DIR
 SEVERITIES = ("high", "medium", "low", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 CATEGORIES = ("launch", "memory", "precision", "transfers", "shared-memory", "capacity", "distributed")
@@ -109,70 +111,90 @@ class SkipRule(Exception):
 
 
 Detector = Callable[[Any, Rule], "Finding | list[Finding] | None"]
-DETECTORS: dict[str, Detector] = {}
-# The detectors gpuadvisor.rules.detectors registers. Named here so that listing and validating rules
-# (`gpuadvisor rules`, `explain`) does not import the analyses and pandas; a test keeps the two in step.
-BUILTIN_DETECTORS = frozenset(
-    {
-        "launch_bound",
-        "underfilled_kernels",
-        "elementwise_chain",
-        "fp32_matmul",
-        "host_syncs",
-        "pageable_copies",
-        "exposed_communication",
-        "straggler_rank",
-        "bank_conflicts_static",
-        "bank_conflicts_measured",
-        "unfused_attention",
-        "layout_conversions",
-        "optimizer_loop",
-        "fp32_compute",
-        "misaligned_gemm",
-    }
-)
+# How a detector's saving re-derives against a step timed without the profiler (``profile``, ``apply``):
+# fn(finding dict, rule, timed_us, profiled_us) -> (saving_us, text to append to the message or None).
+Retimer = Callable[[dict, Rule, float, "float | None"], "tuple[float, str | None]"]
 
 
-def detector(name: str) -> Callable[[Detector], Detector]:
-    """Register a detector under the name rules refer to."""
+@dataclass(frozen=True)
+class DetectorEntry:
+    """Where a detector's code is: ``function`` (and ``retime``, when it has one) in ``module``."""
 
-    def register(fn: Detector) -> Detector:
-        DETECTORS[name] = fn
-        return fn
-
-    return register
-
-
-def _lazy_detector(module: str, function: str) -> Detector:
-    """A detector that imports its module on first use (the GA5xx detectors read scan results and Nsight
-    Compute tables, not a trace; `gpuadvisor scan` and `gpuadvisor ncu` call them)."""
-
-    def run(analysis: Any, rule: Rule) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(module), function)(analysis, rule)
-
-    return run
+    module: str
+    function: str
+    # The saving against the timed step (see Retimer). Without one, the saving stays as the trace gave it:
+    # kernel and copy time, which the profiler does not change.
+    retime: str | None = None
 
 
-DETECTORS["bank_conflicts_static"] = _lazy_detector("gpuadvisor.scan.report", "bank_conflicts_static")
-DETECTORS["bank_conflicts_measured"] = _lazy_detector("gpuadvisor.ncu.counters", "bank_conflicts_measured")
+_CORE = "gpuadvisor.rules.detectors"
+_MODEL = "gpuadvisor.rules.detectors_model"
+_DISTRIBUTED = "gpuadvisor.rules.detectors_distributed"
+# The one registry of detectors, by the name a rule's ``detector`` gives (the code table of the rules, as a
+# linter keeps one). Modules are imported on first use: listing and validating rules (`gpuadvisor rules`,
+# `explain`) imports no analysis and no pandas, and the GA5xx detectors, which read scan results and Nsight
+# Compute tables rather than a trace, load only where `gpuadvisor scan` and `gpuadvisor ncu` run them.
+DETECTORS: dict[str, DetectorEntry] = {
+    "launch_bound": DetectorEntry(_CORE, "launch_bound", retime="launch_bound_timed"),
+    "underfilled_kernels": DetectorEntry(_CORE, "underfilled_kernels"),
+    "elementwise_chain": DetectorEntry(_CORE, "elementwise_chain"),
+    "fp32_matmul": DetectorEntry(_CORE, "fp32_matmul"),
+    "host_syncs": DetectorEntry(_CORE, "host_syncs", retime="host_syncs_timed"),
+    "pageable_copies": DetectorEntry(_CORE, "pageable_copies"),
+    "unfused_attention": DetectorEntry(_MODEL, "unfused_attention"),
+    "layout_conversions": DetectorEntry(_MODEL, "layout_conversions"),
+    "fp32_compute": DetectorEntry(_MODEL, "fp32_compute"),
+    "optimizer_loop": DetectorEntry(_MODEL, "optimizer_loop", retime="optimizer_loop_timed"),
+    "misaligned_gemm": DetectorEntry(_MODEL, "misaligned_gemm"),
+    "exposed_communication": DetectorEntry(_DISTRIBUTED, "exposed_communication"),
+    "straggler_rank": DetectorEntry(_DISTRIBUTED, "straggler_rank"),
+    "bank_conflicts_static": DetectorEntry("gpuadvisor.scan.report", "bank_conflicts_static"),
+    "bank_conflicts_measured": DetectorEntry("gpuadvisor.ncu.counters", "bank_conflicts_measured"),
+}
+
+
+def detector_function(name: str) -> Detector:
+    """The detector registered as ``name`` (its module imported now)."""
+    import importlib
+
+    entry = DETECTORS[name]
+    return getattr(importlib.import_module(entry.module), entry.function)
+
+
+def retime_function(name: str) -> Retimer | None:
+    """How the detector ``name`` re-derives its saving against a timed step, or None (the saving stays)."""
+    import importlib
+
+    entry = DETECTORS.get(name)
+    if entry is None or entry.retime is None:
+        return None
+    return getattr(importlib.import_module(entry.module), entry.retime)
 
 
 def _fail(path: Path, message: str) -> BadInputError:
     return BadInputError(f"{path}: {message}")
 
 
+# Detectors that read something other than a trace, and the ``needs`` entry that keeps a rule bound to one from
+# running on a trace (`analyze`, `profile` skip it and say why; `scan` and `ncu` run it).
+DETECTOR_INPUTS = {"bank_conflicts_static": "cuda_sources", "bank_conflicts_measured": "ncu_counters"}
+_INPUT_WORDS = {
+    "cuda_sources": "CUDA sources (gpuadvisor scan)",
+    "ncu_counters": "Nsight Compute counters (gpuadvisor ncu)",
+}
+
+
 def parse_rule(path: Path) -> Rule:
-    """Read and validate one rule file."""
+    """Read and validate one rule file: a regular file of at most 1 MiB, TOML nested at most 200 deep, numbers
+    finite (:mod:`gpuadvisor.inputs`). Titles, docs and references keep no control characters: they are escaped
+    here (:mod:`gpuadvisor.textsafe`), so that every renderer shows them as text."""
+    from gpuadvisor.inputs import InputError, decode_toml, read_text
+    from gpuadvisor.textsafe import escape_control
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _fail(path, "no such file") from None
-    except UnicodeDecodeError:
-        raise _fail(path, "not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _fail(path, f"invalid TOML ({exc})") from None
+        data = decode_toml(read_text(path, "rule"), str(path))
+    except InputError as exc:
+        raise _fail(path, str(exc).removeprefix(f"rule file {path}: ").removeprefix(f"{path}: ")) from None
     for key in _REQUIRED:
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise _fail(path, f"missing or empty '{key}'")
@@ -193,6 +215,8 @@ def parse_rule(path: Path) -> Rule:
     for key, value in thresholds.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _fail(path, f"threshold '{key}' must be a number")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _fail(path, f"threshold '{key}' must be a finite number, not {value}")
     doc = data.get("doc", {})
     if not isinstance(doc, dict) or any(not isinstance(doc.get(k), str) or not doc[k].strip() for k in _DOC_FIELDS):
         raise _fail(path, "[doc] must have non-empty what, why, example and fix")
@@ -211,19 +235,26 @@ def parse_rule(path: Path) -> Rule:
     saving_from = data.get("saving_from", "step")
     if saving_from not in SAVING_SOURCES:
         raise _fail(path, f"saving_from '{saving_from}' is not one of {', '.join(SAVING_SOURCES)}")
+    reads = DETECTOR_INPUTS.get(data["detector"])
+    if reads is not None and reads not in needs:
+        raise _fail(
+            path,
+            f"detector '{data['detector']}' reads {_INPUT_WORDS[reads]}, not a trace: add \"{reads}\" to needs "
+            "(so that analyze and profile skip the rule)",
+        )
     return Rule(
         id=data["id"],
         name=data["name"],
-        title=data["title"].strip(),
+        title=escape_control(data["title"].strip()),
         category=data["category"],
         severity=data["severity"],
-        detector=data["detector"],
-        thresholds={k: float(v) for k, v in thresholds.items()},
-        doc={k: doc[k].strip() for k in _DOC_FIELDS},
-        fix_id=fix_id,
+        detector=escape_control(data["detector"]),
+        thresholds={escape_control(k): float(v) for k, v in thresholds.items()},
+        doc={k: escape_control(doc[k].strip(), keep_newlines=True) for k in _DOC_FIELDS},
+        fix_id=escape_control(fix_id) if fix_id is not None else None,
         needs=list(needs),
-        references=list(references),
-        path=str(path),
+        references=[escape_control(r) for r in references],
+        path=escape_control(str(path)),
         saving_basis=basis,
         saving_from=saving_from,
     )
@@ -239,17 +270,42 @@ def load_rules(extra_dir: str | Path | None = None) -> list[Rule]:
         folder = Path(extra_dir)
         if not folder.is_dir():
             raise BadInputError(f"{folder}: --rules must name a folder of *.toml rule files")
-        files = sorted(folder.glob("*.toml"))
+        try:
+            files = sorted(folder.glob("*.toml"))
+        except OSError as exc:
+            raise BadInputError(f"{folder}: cannot list --rules: {exc.strerror or exc}") from None
         if not files:
             raise BadInputError(f"{folder}: no *.toml rule files")
-        for path in files:
+        first_in_folder: dict[str, Rule] = {}
+        for path in files:  # in name order: of two files with one id, the later name wins (and we say so)
             rule = parse_rule(path)
+            earlier = first_in_folder.get(rule.id)
+            if earlier is not None:
+                _warn_once(
+                    f"warning: --rules {folder}: rule {rule.id} is defined in {Path(earlier.path).name} and in "
+                    f"{path.name}; {path.name} wins (the last in name order)"
+                )
+            first_in_folder[rule.id] = rule
             rules[rule.id] = rule
-    known = BUILTIN_DETECTORS | set(DETECTORS)
+    known = set(DETECTORS)
     for rule in rules.values():
         if rule.detector not in known:
             raise BadInputError(f"{rule.path}: unknown detector '{rule.detector}' (known: {', '.join(sorted(known))})")
     return [rules[k] for k in sorted(rules)]
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """One warning line on stderr, once per process (the rules are loaded more than once by some commands)."""
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    from gpuadvisor.textsafe import escape_control
+
+    sys.stderr.write(escape_control(" ".join(message.split())) + "\n")
+    sys.stderr.flush()
 
 
 def find_rule(rule_id: str, rules: list[Rule]) -> Rule:
@@ -294,8 +350,6 @@ def missing_needs(rule: Rule, analysis: Any) -> str | None:
 def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dict[str, str]]]:
     """Run each rule's detector. Returns findings sorted by estimated saving (largest first) and the
     skipped rules with their reasons."""
-    from gpuadvisor.rules import detectors, detectors_distributed, detectors_model  # noqa: F401  (register them)
-
     findings: list[Finding] = []
     skipped: list[dict[str, str]] = []
     for rule in rules:
@@ -304,7 +358,7 @@ def run_rules(analysis: Any, rules: list[Rule]) -> tuple[list[Finding], list[dic
             skipped.append({"rule_id": rule.id, "reason": reason})
             continue
         try:
-            result = DETECTORS[rule.detector](analysis, rule)
+            result = detector_function(rule.detector)(analysis, rule)
         except SkipRule as exc:
             skipped.append({"rule_id": rule.id, "reason": str(exc)})
             continue
@@ -379,29 +433,11 @@ def combined_estimate(findings: list[dict[str, Any]], summary: dict[str, Any]) -
     return out
 
 
-Retimer = Callable[[dict, Rule, float, "float | None"], "tuple[float, str | None]"]
-RETIMERS: dict[str, Retimer] = {}
-
-
-def retimer(name: str) -> Callable[[Retimer], Retimer]:
-    """Register how the detector ``name``'s saving re-derives against a step timed without the profiler
-    (``profile``): fn(finding dict, rule, timed_us, profiled_us) -> (saving_us, text to append or None).
-    Detectors without one keep their saving (kernel and copy time: the profiler does not change them)."""
-
-    def register(fn: Retimer) -> Retimer:
-        RETIMERS[name] = fn
-        return fn
-
-    return register
-
-
 def retime_saving(finding: dict[str, Any], rule: Rule | None, timed_us: float, profiled_us: float | None) -> float:
-    """A finding's saving against the timed step, as its detector re-derives it (see :func:`retimer`), clipped
-    to 0 ... timed step; appends the detector's text to the finding's message."""
-    from gpuadvisor.rules import detectors, detectors_distributed, detectors_model  # noqa: F401  (register them)
-
+    """A finding's saving against the timed step, as its detector re-derives it (:class:`DetectorEntry`'s
+    ``retime``), clipped to 0 ... timed step; appends the detector's text to the finding's message."""
     saving = finding.get("estimated_saving_us_per_step") or 0.0
-    fn = RETIMERS.get(rule.detector) if rule is not None else None
+    fn = retime_function(rule.detector) if rule is not None else None
     if fn is not None:
         saving, extra = fn(finding, rule, timed_us, profiled_us)
         if extra:
