@@ -39,6 +39,7 @@ class Analysis:
     frames: pd.DataFrame  # timeline.user_frames
     synthetic_step: bool = False
     notes: list[str] = field(default_factory=list)
+    syncs: pd.DataFrame | None = None  # timeline.sync_calls (None: not kept; step_timeline recomputes it)
 
     @property
     def n_steps(self) -> int:
@@ -90,4 +91,5 @@ def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
         frames=frames,
         synthetic_step=synthetic,
         notes=notes,
+        syncs=syncs,
     )
