@@ -798,7 +798,11 @@ def main() -> None:
         # Usage errors (unknown option, bad value, missing argument) come from the click that typer
         # bundles or depends on, depending on its version: recognise them by their interface.
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
+            # One line, as every other error: the message and where the help is (click's own form is three).
+            message = exc.format_message() if callable(getattr(exc, "format_message", None)) else str(exc)
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if getattr(ctx, "command_path", None) else ""
+            _error_line(f"error: {' '.join(str(message).split())}{where}")
             sys.exit(exc.exit_code)
         if _DEBUG:
             raise

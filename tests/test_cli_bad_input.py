@@ -470,3 +470,17 @@ def test_require_torch_names_the_command_and_the_install_line(monkeypatch):
     with pytest.raises(BadInputError, match=r"^profile needs torch: pip install torch$") as caught:
         require_torch("profile")
     assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["analyze", "--format", "foo"], ("'foo' is not one of", "analyze --help")),
+        (["analyze", "--no-such-option"], ("no such option", "analyze --help")),
+        (["explain"], ("missing argument", "explain --help")),
+        (["calibrate", "--format", "markdown"], ("'markdown' is not one of 'terminal', 'json'",)),
+        (["no-such-command"], ("no such command",)),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_help(cli, args, needles):
+    assert_one_line_error(cli(*args), *needles)
