@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpuadvisor.report.formatting import as_number
+
 # Entries kept by the allocator's history ring buffer under `profile --memory`. torch documents "several KB"
 # per entry (its Python and C++ frames): 20,000 entries stay within ~100 MB of host memory however long the
 # step runs, and cover a few steps of a 436-kernel decode step (a few hundred allocations a step). Older
@@ -44,18 +46,8 @@ _LIBRARY_FRAME = re.compile(
 )
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _int(value: Any) -> int | None:
-    number = _number(value)
+    number = as_number(value)
     return None if number is None else int(number)
 
 

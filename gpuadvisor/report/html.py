@@ -37,6 +37,7 @@ from gpuadvisor.report.formatting import (
     format_us,
     short_kernel_name,
 )
+from gpuadvisor.report.sections import evidence_value
 
 # The issue's bound on one report.html. The largest report in benchmarks/results/ renders to about 0.2 MB.
 MAX_HTML_BYTES = 5_000_000
@@ -192,31 +193,6 @@ def _list(value: Any) -> list[Any]:
 
 def _rows(value: Any) -> list[dict[str, Any]]:
     return [r for r in _list(value) if isinstance(r, dict)]
-
-
-def _fmt_evidence(key: str, value: Any) -> str:
-    """One evidence value formatted by the unit its key names (``_us``, ``_pct``, ``bytes``, ``_per_s``)."""
-    if isinstance(value, (list, tuple, dict)):
-        if isinstance(value, (list, tuple)) and len(value) <= 8 and all(not isinstance(v, (list, dict)) for v in value):
-            return "[" + ", ".join(str(v) for v in value) + "]"
-        return f"({len(value)} entries in report.json)"
-    number = as_number(value)
-    if number is None:
-        return MISSING if value is None else str(value)
-    words = key.lower().split("_")
-    if "us" in words:
-        return format_us(number)
-    if "pct" in words:
-        return format_pct(number)
-    if key.endswith("bytes_per_s"):
-        return format_bytes_per_s(number)
-    if key.endswith("flops_per_s"):
-        return format_flops_per_s(number)
-    if "bytes" in words:
-        return format_bytes(number)
-    if float(number).is_integer() or abs(number) >= 100:
-        return format_count(number)
-    return f"{number:.3g}"
 
 
 def _g(value: Any) -> str:
@@ -914,7 +890,7 @@ def findings_html(findings: Sequence[dict[str, Any]], empty: str = "no findings"
             )
         evidence = _dict(f.get("evidence"))
         ev_rows = "".join(
-            f"<tr><th>{esc(k)}</th><td>{esc(_fmt_evidence(str(k), v))}</td></tr>" for k, v in evidence.items()
+            f"<tr><th>{esc(k)}</th><td>{esc(evidence_value(str(k), v))}</td></tr>" for k, v in evidence.items()
         )
         fix_id = f.get("fix_id")
         fix = f.get("fix")

@@ -601,7 +601,7 @@ def finding_table(report: Any) -> Table:
     return table
 
 
-def _evidence_value(key: str, value: Any) -> str:
+def evidence_value(key: str, value: Any) -> str:
     """One evidence value, formatted by the unit its key names (``us``, ``pct``, ``bytes``, ``_per_s``)."""
     if isinstance(value, (list, tuple, dict)):
         scalars = isinstance(value, (list, tuple)) and all(not isinstance(v, (list, tuple, dict)) for v in value)
@@ -632,7 +632,7 @@ def evidence_text(finding: dict[str, Any]) -> str:
     evidence = finding.get("evidence")
     if not isinstance(evidence, dict):
         return ""
-    return ", ".join(f"{text(key)}={_evidence_value(str(key), value)}" for key, value in evidence.items())
+    return ", ".join(f"{text(key)}={evidence_value(str(key), value)}" for key, value in evidence.items())
 
 
 # --- transfers, host syncs, steps ---------------------------------------------------------------
