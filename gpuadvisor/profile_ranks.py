@@ -221,7 +221,11 @@ def profile_under_torchrun(options: RankOptions, info, rules, *, progress: bool)
         return state["staging"]
 
     def interrupted(signum, frame) -> None:
-        raise KeyboardInterrupt  # torchrun stops the ranks with SIGTERM: clean up as after Ctrl-C
+        # torchrun stops the ranks with SIGTERM: clean up as after Ctrl-C. interrupt.Interrupted (a
+        # KeyboardInterrupt) so one landing inside a finalizer is re-delivered, not printed and lost.
+        from gpuadvisor import interrupt
+
+        raise interrupt.Interrupted(signum)
 
     previous = None
     if threading.current_thread() is threading.main_thread():

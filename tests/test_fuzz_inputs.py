@@ -888,14 +888,11 @@ def test_signals_at_random_moments_during_analyze(tmp_path):
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda item: one(*item), enumerate(moments)))
-    noisy = []
     for folder, out, code, stderr, sent in results:
-        # A signal that lands inside an importlib callback: Python prints "Exception ignored in ..." with a
-        # traceback and carries on (gpuadvisor/interrupt.py then stops the command at its next check). That is
-        # the signal handler's side of issue 17, item 5, not the input side's: reported, not hidden, below.
-        if IMPORT_CALLBACK_NOISE.search(stderr):
-            noisy.append(stderr)
-            stderr = IMPORT_CALLBACK_NOISE.sub("", stderr)
+        # A signal that lands inside a callback Python does not let raise (importlib's _ModuleLock weakref
+        # callback, a __del__) must not print "Exception ignored in ..." either: gpuadvisor/interrupt.py's
+        # unraisable hook re-delivers it (issue 17, item 5; tests/test_interrupt_unraisable.py makes it happen).
+        assert "Exception ignored" not in stderr, stderr
         assert "Traceback" not in stderr, stderr
         assert not leftovers(folder), leftovers(folder)
         lines = stderr.splitlines()
@@ -906,14 +903,6 @@ def test_signals_at_random_moments_during_analyze(tmp_path):
         assert len(lines) <= 1, stderr
         if lines and "nothing was written" in lines[0]:
             assert not (out / "report.json").exists() and not (out / "report.md").exists(), stderr
-    if noisy:
-        pytest.xfail(f"a signal inside an importlib callback printed a traceback: {noisy[0][:300]!r}")
-
-
-IMPORT_CALLBACK_NOISE = re.compile(
-    r"Exception ignored in: <function _get_module_lock\.<locals>\.cb[^\n]*\n"
-    r"Traceback \(most recent call last\):\n(?:  [^\n]*\n)*KeyboardInterrupt: ?\n\n?"
-)
 
 
 # --------------------------------------------------------------------------------------------
