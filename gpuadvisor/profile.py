@@ -352,7 +352,10 @@ def profile_and_report(
 
     section = memory_section(workload, measured.allocator, measured.snapshot)
     if section is not None:
+        from gpuadvisor.rules.detectors_memory import run_memory_rules
+
         report["memory"] = section
+        run_memory_rules(report, rules)  # GA601-603 read the memory section, which exists only now
     report["notes"].extend(measured.notes)
     if sampler is not None and sampler.samples:
         from gpuadvisor.capture.nvml import write_csv

@@ -130,6 +130,7 @@ class DetectorEntry:
 _CORE = "gpuadvisor.rules.detectors"
 _MODEL = "gpuadvisor.rules.detectors_model"
 _DISTRIBUTED = "gpuadvisor.rules.detectors_distributed"
+_MEMORY = "gpuadvisor.rules.detectors_memory"
 # The one registry of detectors, by the name a rule's ``detector`` gives (the code table of the rules, as a
 # linter keeps one). Modules are imported on first use: listing and validating rules (`gpuadvisor rules`,
 # `explain`) imports no analysis and no pandas, and the GA5xx detectors, which read scan results and Nsight
@@ -148,6 +149,9 @@ DETECTORS: dict[str, DetectorEntry] = {
     "misaligned_gemm": DetectorEntry(_MODEL, "misaligned_gemm"),
     "exposed_communication": DetectorEntry(_DISTRIBUTED, "exposed_communication"),
     "straggler_rank": DetectorEntry(_DISTRIBUTED, "straggler_rank"),
+    "allocator_fragmentation": DetectorEntry(_MEMORY, "allocator_fragmentation"),
+    "kv_cache_capacity": DetectorEntry(_MEMORY, "kv_cache_capacity"),
+    "memory_headroom": DetectorEntry(_MEMORY, "memory_headroom"),
     "bank_conflicts_static": DetectorEntry("gpuadvisor.scan.report", "bank_conflicts_static"),
     "bank_conflicts_measured": DetectorEntry("gpuadvisor.ncu.counters", "bank_conflicts_measured"),
 }
