@@ -401,11 +401,13 @@ class SideMeasurement:
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     summary: dict[str, Any] | None = None  # the side's report summary, filled after the analysis
+    optimizer_step_us: list[float] = field(default_factory=list)  # host time in optimizer.step() per step
 
     def add_block(self, times: StepTimes, energy_mj: float | None, allocated: int | None, reserved: int | None):
         from gpuadvisor.stats import percentile
 
         self.samples_us.extend(times.samples_us)
+        self.optimizer_step_us.extend(times.optimizer_step_us)
         self.round_medians_us.append(percentile(times.samples_us, 50))
         self.wall_s += times.wall_s
         self.source = times.source
@@ -427,7 +429,7 @@ class SideMeasurement:
             f"{source}, {rounds} interleaved rounds x {per_block} steps ({len(self.samples_us)} steps), "
             "no profiler" + ("" if "CPU" not in source else ", no CUDA")
         )
-        return StepTimes(list(self.samples_us), text, self.wall_s)
+        return StepTimes(list(self.samples_us), text, self.wall_s, list(self.optimizer_step_us))
 
     def energy_not_measured(self) -> str | None:
         """Why this side has no energy figure (its blocks span less than one update of NVML's energy counter,

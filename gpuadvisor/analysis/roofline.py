@@ -17,7 +17,15 @@ Classes, in order of precedence:
   memory below), whatever its grid;
 - ``launch``: the kernel ran shorter than a launch call of its own took on the host (never a kernel replayed
   from a CUDA graph: the whole graph shares one ``cudaGraphLaunch``);
-- ``latency``: its grid has fewer blocks than the GPU has SMs (less than one wave), so most SMs idle;
+- ``latency``: its grid is under one wave, so most of the GPU idles. A wave is what the SMs hold at once:
+  SMs x the blocks one SM can keep resident, limited by the block's threads, registers and shared memory
+  (:func:`resident_blocks`, from the kernel's launch record and the trace's ``deviceProperties``), as Nsight
+  Compute's ``launch__waves_per_multiprocessor`` counts it; without those records, fewer blocks than SMs;
+- ``compute`` (issue-bound): PyTorch's generic TensorIterator loops (``elementwise_kernel<...>``,
+  ``unrolled_elementwise_kernel<...>``: not the vectorized path) under 60% of the memory roof with a full
+  wave spend their time on per-element index arithmetic: on the H200 Nsight Compute measured three of them at
+  56-71% of SM throughput and 33-55% of DRAM (benchmarks/results/ncu_classes). Estimated, by name; their
+  roof side stays memory, so a fused kernel is still the fix;
 - ``compute`` / ``memory``: arithmetic intensity above / below the ridge point;
 - without FLOPs/bytes or peaks, GEMM/convolution/attention families count as compute and the rest as
   memory (``estimated`` = True); communication kernels (NCCL) are ``unknown``.
@@ -56,6 +64,12 @@ _FAMILY_RES = [(fam, re.compile(pat, re.IGNORECASE)) for fam, pat in FAMILY_PATT
 # throughput are under 60% of peak; at or above 60% of the roof it is under, a kernel is bound by that roof
 # whatever its grid (the 126-block lm-head GEMV of the H200 decode sample runs at 81% of the HBM roof).
 NEAR_ROOF_PCT = 60.0
+# PyTorch's generic (non-vectorized) TensorIterator loops: per-element offset arithmetic, issue-bound.
+_GENERIC_LOOP = re.compile(r"(?<![\w])(elementwise_kernel|unrolled_elementwise_kernel)<")
+# Resident blocks per SM by compute capability (CUDA C Programming Guide, "Compute Capabilities" table).
+MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 2): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24, (9, 0): 32}
+REGISTER_ALLOCATION_UNIT = 256  # registers are allocated per warp in units of 256
+SHARED_MEMORY_RESERVED_PER_BLOCK = 1024  # bytes the driver reserves per resident block (cc >= 8.0)
 # A % of roof above this is not a measurement: the FLOP or byte estimate behind it is wrong for this kernel.
 MAX_CONSISTENT_PCT = 100.0
 __all__ = ["DTYPE_ORDER", "ITEMSIZE", "graph_replayed", "kernel_family", "kernel_summary", "kernel_table", "op_cost"]
@@ -81,6 +95,7 @@ KERNEL_COLUMNS = [
     "roof_side",
     "pct_of_roof_implied",
     "graph_replay",
+    "waves",
 ]
 
 
@@ -212,21 +227,26 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     sm_count = peaks.sm_count or 0
     by_family = np.where(np.isin(fam, list(COMPUTE_FAMILIES)), "compute", "memory")
     own_launch = ~graph & (dur < launch_dur)  # False where launch_dur is NaN
+    waves = kernel_waves(trace, k, blocks, sm_count)
+    under_one_wave = np.where(np.isfinite(waves), waves < 1.0, (blocks > 0) & (blocks < sm_count))
+    generic_loop = np.array([bool(_GENERIC_LOOP.search(n)) for n in unique_names], dtype=bool)[name_codes]
+    issue_bound = generic_loop & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
     bound = np.select(
         [
             (pct >= NEAR_ROOF_PCT) & (fam != "communication"),
             own_launch,
-            (blocks > 0) & (blocks < sm_count),
+            under_one_wave,
             fam == "communication",
+            issue_bound,
             (roofline_known | bytes_only | flops_only) & consistent,
         ],
-        [roof_side, "launch", "latency", "unknown", roof_side],
+        [roof_side, "launch", "latency", "unknown", "compute", roof_side],
         default=by_family,
     ).astype(object)
     fallback = (bound == by_family) & ~((roofline_known | bytes_only | flops_only) & consistent)
     # Estimated: FLOPs from shapes, a % of roof that rests on bytes (always estimated), or the family fallback.
     flops_estimated = estimated.copy()  # FLOPs from shapes, not the profiler's own count
-    estimated = estimated | (memory_side & np.isfinite(implied)) | fallback
+    estimated = estimated | (memory_side & np.isfinite(implied)) | fallback | (bound == "compute") & issue_bound
     return pd.DataFrame(
         {
             "name": names,
@@ -250,8 +270,66 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             "roof_side": roof_side,
             "pct_of_roof_implied": implied,
             "graph_replay": graph,
+            "waves": waves,
         }
     )
+
+
+def resident_blocks(
+    threads: np.ndarray,
+    registers: np.ndarray,
+    shared: np.ndarray,
+    *,
+    max_threads: int,
+    registers_per_sm: int,
+    shared_per_sm: int,
+    max_blocks: int,
+) -> np.ndarray:
+    """Blocks of each kernel one SM can hold at once (NaN where the launch record lacks its resources): the
+    least of the block limit, threads, registers (allocated per warp in units of 256) and shared memory (plus
+    the 1 KiB the driver reserves per block)."""
+    threads = threads.astype(float)
+    registers = registers.astype(float)
+    shared = shared.astype(float)
+    warps = np.ceil(threads / 32.0)
+    regs_per_warp = np.ceil(registers * 32.0 / REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    with np.errstate(divide="ignore", invalid="ignore"):
+        by_threads = np.floor(max_threads / threads)
+        by_registers = np.where(registers > 0, np.floor(registers_per_sm / (regs_per_warp * warps)), np.inf)
+        by_shared = np.floor(shared_per_sm / (shared + SHARED_MEMORY_RESERVED_PER_BLOCK))
+    out = np.minimum.reduce([np.full(len(threads), float(max_blocks)), by_threads, by_registers, by_shared])
+    known = (threads > 0) & (registers >= 0) & (shared >= 0)
+    return np.where(known & (out >= 1), out, np.nan)
+
+
+def kernel_waves(trace: Trace, k: pd.DataFrame, blocks: np.ndarray, sm_count: int) -> np.ndarray:
+    """Each kernel's grid in waves (blocks / (SMs x resident blocks per SM)); NaN where unknown."""
+    out = np.full(len(k), np.nan)
+    device = trace.device
+    kernels = trace.kernels
+    if (
+        device is None
+        or not sm_count
+        or device.compute_capability not in MAX_BLOCKS_PER_SM
+        or not (device.max_threads_per_sm and device.registers_per_sm and device.shared_memory_per_sm_bytes)
+        or "row" not in k
+        or not {"threads_per_block", "registers_per_thread", "shared_memory_bytes"} <= set(kernels.columns)
+        or len(k) != len(kernels)
+    ):
+        return out
+    rows = k["row"].to_numpy()
+    resident = resident_blocks(
+        kernels["threads_per_block"].to_numpy()[rows],
+        kernels["registers_per_thread"].to_numpy()[rows],
+        kernels["shared_memory_bytes"].to_numpy()[rows],
+        max_threads=device.max_threads_per_sm,
+        registers_per_sm=device.registers_per_sm,
+        shared_per_sm=device.shared_memory_per_sm_bytes,
+        max_blocks=MAX_BLOCKS_PER_SM[device.compute_capability],
+    )
+    with np.errstate(invalid="ignore"):
+        out = np.where(blocks > 0, blocks / (sm_count * resident), np.nan)
+    return out
 
 
 def graph_replayed(kernel_acts: pd.DataFrame) -> np.ndarray:

@@ -162,6 +162,7 @@ def timed_summary(facts: RunFacts) -> dict[str, Any]:
         "step_time_source": times.source,
         "timed_steps": len(times.samples_us),
         "timing_wall_s": finite_round(times.wall_s, 3),
+        "optimizer_step_host_us": finite_round(times.optimizer_step_median_us),
         "tokens_per_s": finite_round(facts.tokens_per_step * 1e6 / median, 1)
         if facts.tokens_per_step and median
         else None,
@@ -209,7 +210,7 @@ def rescale_savings(report: dict, rules) -> None:
     from gpuadvisor.rules.engine import combined_estimate, rank_key, retime_saving
 
     for finding in findings:
-        saving = retime_saving(finding, by_id.get(finding["rule_id"]), float(timed), profiled)
+        saving = retime_saving(finding, by_id.get(finding["rule_id"]), float(timed), profiled, summary)
         finding["estimated_saving_us_per_step"] = round(saving, 1)
         finding["estimated_saving_pct"] = round(100.0 * saving / timed, 1)
     findings.sort(key=rank_key)

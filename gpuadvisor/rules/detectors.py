@@ -87,7 +87,9 @@ def launch_bound(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, saving)
 
 
-def launch_bound_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: float | None) -> tuple[float, str]:
+def launch_bound_timed(
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
+) -> tuple[float, str]:
     """Against a step timed without the profiler (which stretches launch gaps, not kernels): timed step -
     the graph-replayed step of the evidence's GPU busy time and kernel count."""
     evidence = finding.setdefault("evidence", {})
@@ -155,8 +157,11 @@ def underfilled_kernels(a: Analysis, rule: Rule) -> Finding | None:
 def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> pd.DataFrame:
     """Kernels in runs of at least ``min_length`` consecutive memory-bound elementwise/normalization kernels
     on one stream within one step, with a ``run_id`` column (kernels sorted by start within a run)."""
+    # Under the memory roof by intensity: an issue-bound TensorIterator loop (class compute, roof side memory)
+    # is still a kernel a fused one replaces.
+    side = k["roof_side"] if "roof_side" in k else k["bound"]
     eligible = (
-        k["family"].isin(_CHAIN_FAMILIES) & (k["bound"] != "compute") & ~(k["intensity"] > max_intensity)
+        k["family"].isin(_CHAIN_FAMILIES) & (side != "compute") & ~(k["intensity"] > max_intensity)
     ).to_numpy()
     ordered = k.assign(eligible=eligible).sort_values(["step_index", "stream", "ts_us"], kind="stable")
     flags = ordered["eligible"].to_numpy()
@@ -270,7 +275,9 @@ def host_syncs(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, idle, severity=severity)
 
 
-def host_syncs_timed(finding: dict, rule: Rule, timed_us: float, profiled_us: float | None) -> tuple[float, None]:
+def host_syncs_timed(
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
+) -> tuple[float, None]:
     """The idle time after syncs is host-side time, which the profiler's overhead stretches: scaled by
     timed / profiled step."""
     saving = finding.get("estimated_saving_us_per_step") or 0.0

@@ -338,6 +338,10 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
     dur = sel["dur_us"].to_numpy(float)
     as_tf32 = np.where(simt, dur * fp32 / tf32, dur)
     bound = sel["bound"].to_numpy(object)
+    # A grid under one wave (latency) still runs each block at the dtype's rate on the SMs it occupies: it
+    # counts by the roof it is under; launch-bound kernels (shorter than their launch) count zero.
+    side = sel["roof_side"].to_numpy(object) if "roof_side" in sel else np.full(len(sel), None, dtype=object)
+    bound = np.where(bound == "latency", side, bound)
     compute_factor = 1.0 - tf32 / bf16
     memory_factor = rule.threshold("memory_bound_saving_fraction")
     factor = np.select([bound == "compute", bound == "memory"], [compute_factor, memory_factor], default=0.0)
@@ -476,18 +480,33 @@ def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
 
 
 def optimizer_loop_timed(
-    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
 ) -> tuple[float, str | None]:
-    """The region's wall time is host time (a Python loop of launches), which the profiler's per-op overhead
-    stretches: scaled by timed / profiled step, minus the fused update as before."""
+    """The region's wall time is host time (a Python loop of launches), which the profiler's per-operator cost
+    stretches far more than the rest of the step. Where the timed steps measured optimizer.step() itself
+    (``optimizer_step_host_us``: torch.optim's step hooks, no profiler; gpuadvisor/capture/timing.py), the
+    saving is that time minus the fused update; otherwise the profiled region scaled by timed / profiled step."""
     evidence = finding.setdefault("evidence", {})
     region = evidence.get("region_us_per_step")
-    fused = evidence.get("fused_estimate_us") or 0.0
+    fused = float(evidence.get("fused_estimate_us") or 0.0)
+    measured = (timed or {}).get("optimizer_step_host_us")
+    if measured:
+        evidence["region_timed_us_per_step"] = _r(float(measured))
+        saving = max(0.0, float(measured) - fused)
+        evidence["basis"] = (
+            f"optimizer.step()'s host time in the timed steps ({float(measured):,.0f} µs per step, measured "
+            "through torch.optim's step hooks without the profiler) minus a fused update: "
+            + str(evidence.get("basis", "")).split(" minus a fused update: ", 1)[-1]
+        )
+        return saving, (
+            f"Timed without the profiler, optimizer.step() takes {float(measured):,.0f} µs of the {timed_us:,.0f} µs "
+            f"step (profiled: {float(region or 0):,.0f} µs), so a fused update would save about {saving:,.0f} µs."
+        )
     if not region or not profiled_us or profiled_us <= timed_us:
         return finding.get("estimated_saving_us_per_step") or 0.0, None
     region_timed = float(region) * timed_us / profiled_us
     evidence["region_timed_us_per_step"] = _r(region_timed)
-    saving = max(0.0, region_timed - float(fused))
+    saving = max(0.0, region_timed - fused)
     return saving, (
         f"Timed without the profiler the step takes {timed_us:,.0f} µs (profiled {profiled_us:,.0f} µs), so the "
         f"region takes about {region_timed:,.0f} µs of it and a fused update would save about {saving:,.0f} µs."

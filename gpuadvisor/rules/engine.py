@@ -112,8 +112,9 @@ class SkipRule(Exception):
 
 Detector = Callable[[Any, Rule], "Finding | list[Finding] | None"]
 # How a detector's saving re-derives against a step timed without the profiler (``profile``, ``apply``):
-# fn(finding dict, rule, timed_us, profiled_us) -> (saving_us, text to append to the message or None).
-Retimer = Callable[[dict, Rule, float, "float | None"], "tuple[float, str | None]"]
+# fn(finding dict, rule, timed_us, profiled_us, timed figures) -> (saving_us, text to append to the message or
+# None); the timed figures are the report summary's (e.g. optimizer_step_host_us, measured without the profiler).
+Retimer = Callable[[dict, Rule, float, "float | None", dict], "tuple[float, str | None]"]
 
 
 @dataclass(frozen=True)
@@ -437,13 +438,20 @@ def combined_estimate(findings: list[dict[str, Any]], summary: dict[str, Any]) -
     return out
 
 
-def retime_saving(finding: dict[str, Any], rule: Rule | None, timed_us: float, profiled_us: float | None) -> float:
+def retime_saving(
+    finding: dict[str, Any],
+    rule: Rule | None,
+    timed_us: float,
+    profiled_us: float | None,
+    timed: dict[str, Any] | None = None,
+) -> float:
     """A finding's saving against the timed step, as its detector re-derives it (:class:`DetectorEntry`'s
-    ``retime``), clipped to 0 ... timed step; appends the detector's text to the finding's message."""
+    ``retime``), clipped to 0 ... timed step; appends the detector's text to the finding's message. ``timed``:
+    the other figures of the timed steps (the report's summary: e.g. ``optimizer_step_host_us``)."""
     saving = finding.get("estimated_saving_us_per_step") or 0.0
     fn = retime_function(rule.detector) if rule is not None else None
     if fn is not None:
-        saving, extra = fn(finding, rule, timed_us, profiled_us)
+        saving, extra = fn(finding, rule, timed_us, profiled_us, timed or {})
         if extra:
             finding["message"] = f"{finding['message']} {extra}"
     return min(max(0.0, float(saving)), float(timed_us))

@@ -127,6 +127,8 @@ class DeviceProperties(msgspec.Struct):
     computeMinor: Scalar = None  # noqa: N815
     totalGlobalMem: Scalar = None  # noqa: N815
     maxThreadsPerMultiprocessor: Scalar = None  # noqa: N815
+    regsPerMultiprocessor: Scalar = None  # noqa: N815
+    sharedMemPerMultiprocessor: Scalar = None  # noqa: N815
 
 
 class DistributedInfo(msgspec.Struct):
@@ -689,6 +691,9 @@ def _device_infos(doc: KinetoFile) -> list[DeviceInfo]:
                 compute_capability=cc,
                 total_memory_bytes=_as_int(p.totalGlobalMem, 0, "totalGlobalMem") or None,
                 max_threads_per_sm=_as_int(p.maxThreadsPerMultiprocessor, 0, "maxThreadsPerMultiprocessor") or None,
+                registers_per_sm=_as_int(p.regsPerMultiprocessor, 0, "regsPerMultiprocessor") or None,
+                shared_memory_per_sm_bytes=_as_int(p.sharedMemPerMultiprocessor, 0, "sharedMemPerMultiprocessor")
+                or None,
             )
         )
     return devices

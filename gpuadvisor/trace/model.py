@@ -44,6 +44,8 @@ class DeviceInfo:
     compute_capability: tuple[int, int] | None = None
     total_memory_bytes: int | None = None
     max_threads_per_sm: int | None = None
+    registers_per_sm: int | None = None
+    shared_memory_per_sm_bytes: int | None = None
 
 
 @dataclass

@@ -1,0 +1,58 @@
+"""The roofline classes of the four sample traces against Nsight Compute's verdicts for the same workloads.
+
+``benchmarks/results/ncu_classes/*.csv.gz`` are ``ncu --csv`` exports of one step of each example behind a
+sample trace, recorded on the H200 (``benchmarks/ncu_classes.py``; index.json has the commands and the date).
+gpuadvisor/ncu/sol.py states how a verdict is read off the Speed-of-Light figures and how the classes map.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuadvisor.ncu.counters import parse_csv
+from gpuadvisor.ncu.sol import agreement, launch_verdicts, verdict
+from gpuadvisor.pipeline import analyze_path
+
+ROOT = Path(__file__).resolve().parents[1]
+NCU = ROOT / "benchmarks" / "results" / "ncu_classes"
+WORKLOADS = ("gemm", "add_rmsnorm", "input_pipeline", "llama_decode")
+
+
+def _launches(name: str):
+    return launch_verdicts(parse_csv(gzip.open(NCU / f"{name}.csv.gz", "rt").read(), name))
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_classes_agree_with_nsight_compute_on_95_pct_of_gpu_time(name):
+    report = analyze_path(str(ROOT / "sample_traces" / f"{name}.json.gz"))
+    result = agreement(report["kernels"], _launches(name))
+    wrong = sorted((r for r in result["rows"] if not r["agrees"]), key=lambda r: -r["us_per_step"])[:5]
+    assert result["agree_pct"] >= 95.0, (name, round(result["agree_pct"], 1), wrong)
+
+
+def test_the_exports_are_the_h200_runs_the_index_names():
+    index = json.loads((NCU / "index.json").read_text())
+    assert index["gpu"].startswith("NVIDIA H200")
+    for name in WORKLOADS:
+        entry = index["workloads"][name]
+        assert entry["rc"] == 0 and f"examples/{name}.py" in entry["command"]
+        assert len(_launches(name)) >= 4
+
+
+def test_verdicts():
+    assert verdict(93.4, 20.0, 1.0) == "compute"  # the bf16 GEMM: SM at 93%, DRAM at 20%
+    assert verdict(9.0, 89.0, 62.0) == "memory"
+    assert verdict(30.0, 18.0, 0.2) == "latency"  # 160 blocks, 6 resident per SM: 0.2 waves
+    assert verdict(57.5, 55.7, 124.0) == "compute"  # a full grid under 60%: the unit nearer its peak
+    assert verdict(None, 50.0) is None
+
+
+def test_gemm_sample_big_gemm_is_compute_per_both():
+    report = analyze_path(str(ROOT / "sample_traces" / "gemm.json.gz"))
+    rows = {r["kernel"]: r for r in agreement(report["kernels"], _launches("gemm"))["rows"]}
+    nvjet = next(r for k, r in rows.items() if k.startswith("nvjet_sm90"))
+    assert nvjet["ours"] == "compute" and nvjet["ncu"] == "compute"
