@@ -16,8 +16,10 @@ child wrote into ``--out``. Per model, in the child:
 1. ``auto``: ``gpuadvisor.apply.run_apply(path, "auto", profile_after=False)``: profile, the fixes the
    findings recommend, the numerics guard, before/after timed interleaved. Kept from its report: its own
    before/after medians and speedup interval (``apply_report_*``), the fix outcomes, and the predicted
-   saving: per applied fix, the summed ``estimated_saving_pct`` of the BEFORE findings that name it (each
-   capped at 100%, the total too; findings can overlap, as apply caps each fix's predicted µs at the step).
+   saving: apply's own ``saving.predicted_us`` (``gpuadvisor.fixes.coverage.combined_saving``: the BEFORE
+   findings the applied fixes address, added across the parts of the step they come from and combined as
+   independent shares within one), as ``predicted_saving_pct`` of the before step; per applied fix, the summed
+   ``estimated_saving_pct`` of the findings that name it (``predicted_saving_by_fix_pct``).
 2. Fresh ``load_workload(path)`` per variant (build() seeds its random weights, so every variant is the
    same model with its own state: a decode variant writes its own KV cache, idempotently): ``eager``;
    ``auto`` = the fixes auto applied, applied again with ``registry.apply_fixes`` (guard on); for decode
@@ -264,7 +266,8 @@ def measure_auto(path: Path, apply_dir: Path | None) -> dict[str, Any]:
             by_fix[fix_id] = by_fix.get(fix_id, 0.0) + float(pct)
     saving = report.get("saving") or {}
     # apply's own prediction: the findings the applied fixes address (compile: also fusion, sdpa and, in a
-    # CUDA-graph mode, graphs), combined as independent shares of the step.
+    # CUDA-graph mode, graphs), combined by gpuadvisor.fixes.coverage.combined_saving (parts of the step add,
+    # shares within a part); coverage.predicted_from_report gives the same from a committed report.
     before_us = before.get("step_time_us")
     predicted_pct = (
         100.0 * saving["predicted_us"] / before_us
@@ -766,14 +769,18 @@ def measure_one(args, path: Path, kind: str | None, entry: dict, save, note) -> 
 
     # 1. apply --fix auto
     save("apply")
-    note("apply --fix auto")
     t0 = time.perf_counter()
-    try:
-        entry.update(measure_auto(path, args.apply_dir))
-    except Exception as error:
-        entry["auto_error"] = one_line(error)
-        entry["auto_fixes"] = []
-        entry["why_no_fix"] = f"apply failed: {entry['auto_error']}"
+    if args.skip_auto:
+        note("apply --fix auto skipped (--skip-auto)")
+        entry["auto_skipped"] = True
+    else:
+        note("apply --fix auto")
+        try:
+            entry.update(measure_auto(path, args.apply_dir))
+        except Exception as error:
+            entry["auto_error"] = one_line(error)
+            entry["auto_fixes"] = []
+            entry["why_no_fix"] = f"apply failed: {entry['auto_error']}"
     entry["apply_s"] = time.perf_counter() - t0
     note(
         f"apply: {entry.get('apply_report_eager_us')} -> {entry.get('apply_report_auto_us')} us, "
@@ -1000,6 +1007,8 @@ def child_command(args: argparse.Namespace, name: str, json_out: Path) -> list[s
         command.append("--skip-compile")
     if args.auto_only:
         command.append("--auto-only")
+    if args.skip_auto:
+        command.append("--skip-auto")
     if args.compile_numerics:
         command.append("--compile-numerics")
     if args.apply_dir is not None:
@@ -1226,6 +1235,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps per variant (x2 after compiling)")
     parser.add_argument("--compile-modes", default=",".join(COMPILE_MODES), help="comma-separated torch.compile modes")
     parser.add_argument("--skip-compile", action="store_true")
+    parser.add_argument(
+        "--skip-auto",
+        action="store_true",
+        help="no apply --fix auto: only eager, the decode fixes (fusion+graphs), torch.compile and the floor",
+    )
     parser.add_argument(
         "--auto-only",
         action="store_true",

@@ -15,6 +15,15 @@ dict still loads) and falls back to plain PyTorch for shapes its Triton kernel d
   split-T decode attention in another; more than ``MAX_ROWS`` query rows use the original forward.
 - :class:`FusedPreNormBlock` for ``h = x + attn(norm1(x)); return h + mlp(norm2(h))``: the residual
   add and the second norm become one ``add_rmsnorm`` kernel.
+- :class:`FusedHFAttention` for a transformers attention (``q_proj``/``k_proj``/``v_proj``/``o_proj``,
+  grouped-query allowed, biases allowed) decoding into a static cache layer (``StaticLayer``: ``keys``,
+  ``values``, a ``cumulative_length`` counter on the device): one GEMV for q, k and v together, rotary +
+  cache write in one kernel, the counter advanced as the library does, split-T decode attention reading the
+  grouped cache in place, and ``o_proj``. Other caches, more than ``MAX_ROWS`` rows or arguments it does not
+  know run the original forward.
+- :class:`FusedHFDecoderLayer` for a transformers decoder layer (``input_layernorm``/``self_attn``/
+  ``post_attention_layernorm``/``mlp``): the residual add after the attention and the second norm become
+  one ``add_rmsnorm`` kernel; every argument reaches ``self_attn`` as the original passes it.
 
 The MLP, attention and block fusions are mixins installed over the user's own class (``install``): the
 module keeps its attributes, submodule names and state-dict keys, and ``super().forward`` is the original
@@ -26,6 +35,7 @@ against the original on the inputs it really gets before swapping it in.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -254,3 +264,248 @@ class FusedPreNormBlock:
 
         normed, h = add_rmsnorm(attn_out.contiguous(), x.contiguous(), norm2.weight, norm2.eps)
         return h + mlp(normed)
+
+
+# --- transformers (``q_proj``/``k_proj``/``v_proj``/``o_proj`` attention over a static cache layer) -------------
+
+# The keyword a transformers attention takes its cache by: ``past_key_values`` up to 5.2x, ``cache`` in newer
+# versions (which still accept the old name through a decorator that renames it).
+HF_CACHE_ARGS = ("cache", "past_key_values")
+
+
+def call_arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict | None:
+    """A call's arguments by parameter name, with what ``**kwargs`` caught merged in; None if they do not bind."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    values: dict = {}
+    extra: dict = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            extra = dict(value)
+        else:
+            values[name] = value
+    for name, value in extra.items():
+        values.setdefault(name, value)
+    return values
+
+
+def hf_cache_of(values: dict):
+    """The cache object of a transformers attention call (by either keyword), or None."""
+    for name in HF_CACHE_ARGS:
+        if values.get(name) is not None:
+            return values[name]
+    return None
+
+
+@functools.cache
+def _static_layer_update():
+    """transformers' ``StaticLayer.update`` (the function), or None without transformers."""
+    try:
+        from transformers.cache_utils import StaticLayer
+    except Exception:  # transformers missing or broken: no static layer can be recognised
+        return None
+    return getattr(StaticLayer, "update", None)
+
+
+def static_cache_layer(cache, layer_idx) -> object | None:
+    """``cache.layers[layer_idx]`` when it is an initialized transformers static layer whose write the fused
+    kernel reproduces (``StaticLayer.update`` itself, not sliding, no offloading): ``keys``/``values``
+    [B, KVH, T, hd] tensors and a one-element integer ``cumulative_length`` on their device; else None."""
+    import torch
+
+    if cache is None or getattr(cache, "offloading", False) or isinstance(layer_idx, bool):
+        return None
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, (list, tuple)) or not isinstance(layer_idx, int) or not 0 <= layer_idx < len(layers):
+        return None
+    layer = layers[layer_idx]
+    update = _static_layer_update()
+    if update is None or getattr(type(layer), "update", None) is not update:
+        return None
+    if getattr(layer, "is_sliding", False) or not getattr(layer, "is_initialized", False):
+        return None
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    counter = getattr(layer, "cumulative_length", None)
+    if not all(isinstance(t, torch.Tensor) for t in (keys, values, counter)):
+        return None
+    if keys.dim() != 4 or values.shape != keys.shape or values.dtype != keys.dtype or keys.device != values.device:
+        return None
+    if counter.numel() != 1 or counter.dtype not in (torch.int64, torch.int32) or counter.device != keys.device:
+        return None
+    return layer
+
+
+def fused_qkv_linear(module: nn.Module) -> DecodeLinear:
+    """One DecodeLinear for ``q_proj``, ``k_proj`` and ``v_proj`` side by side (their weights and biases
+    concatenated once; a missing bias is zeros when another projection has one). A copy, not a view: the
+    model's own projections and state dict stay as they were."""
+    parts = [module.q_proj, module.k_proj, module.v_proj]
+    with torch.no_grad():
+        weight = torch.cat([part.weight.detach() for part in parts]).contiguous()
+        bias = None
+        if any(part.bias is not None for part in parts):
+            bias = torch.cat(
+                [
+                    part.bias.detach() if part.bias is not None else weight.new_zeros(part.weight.shape[0])
+                    for part in parts
+                ]
+            ).contiguous()
+    return DecodeLinear(weight, bias)
+
+
+class FusedHFAttention:
+    """Mixin: a transformers attention decoding into a static cache layer with three Triton launches and a GEMV.
+
+    At most ``MAX_ROWS`` rows, with the layer's cache a static layer (``static_cache_layer``)::
+
+        qkv = x @ [Wq | Wk | Wv]^T + [bq | bk | bv]      # one decode GEMV (``_fused_qkv``, built at install)
+        q, positions = hf_rope_kv_update(qkv, cos, sin, layer.cumulative_length, layer.keys, layer.values)
+        layer.cumulative_length.add_(S)                # as StaticLayer.update advances it
+        y = decode_attention(q, layer.keys, layer.values, positions, scale)   # grouped cache read in place
+        return o_proj(y), None
+
+    The attention mask is not read: the fix installs this only where the recorded call's mask was causal by
+    position (slot t visible iff t <= the slot written), which is what decode_attention computes. The second
+    output (attention weights) is None, as transformers' sdpa and flash attentions return it. Anything else
+    (more rows, another cache, a call that does not bind, tensors on another device or dtype than the fused
+    weight) runs the original forward.
+
+    ``_fused_signature`` is the original forward's signature; ``_fused_qkv`` the fused projection (a plain
+    attribute, not a submodule: the state dict keeps its keys); ``_fused_heads`` (H, KVH).
+    """
+
+    _fused_signature: inspect.Signature
+    _fused_qkv: DecodeLinear
+    _fused_heads: tuple[int, int]
+
+    def _fused_inputs(self, args: tuple, kwargs: dict):
+        """(x, cos, sin, layer) when the fused path covers this call, else None."""
+        values = call_arguments(self._fused_signature, args, kwargs)
+        if values is None or self.training:
+            return None
+        x = values.get("hidden_states")
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or not (0 < rows_of(x) <= MAX_ROWS):
+            return None
+        weight = self._fused_qkv.weight
+        if not triton_usable(x) or weight.dtype != x.dtype or weight.device != x.device:
+            return None
+        n_heads, n_kv_heads = self._fused_heads
+        head_dim = weight.shape[0] // (n_heads + 2 * n_kv_heads)
+        batch, seq = x.shape[0], x.shape[1]
+        rotary = values.get("position_embeddings")
+        if not isinstance(rotary, (tuple, list)) or len(rotary) != 2:
+            return None
+        cos, sin = rotary
+        for table in (cos, sin):
+            if not isinstance(table, torch.Tensor) or table.dim() != 3 or table.device != x.device:
+                return None
+            if table.shape[0] not in (1, batch) or tuple(table.shape[1:]) != (seq, head_dim):
+                return None
+        layer = static_cache_layer(hf_cache_of(values), getattr(self, "layer_idx", None))
+        if layer is None:
+            return None
+        keys = layer.keys
+        if (keys.shape[0], keys.shape[1], keys.shape[3]) != (batch, n_kv_heads, head_dim) or keys.dtype != x.dtype:
+            return None
+        if keys.device != x.device or keys.stride(-1) != 1 or layer.values.stride(-1) != 1:
+            return None
+        mask = values.get("attention_mask")
+        if mask is not None and (not isinstance(mask, torch.Tensor) or mask.shape[-1] != keys.shape[2]):
+            return None  # a BlockMask, or a mask over other slots than the cache's
+        return x, cos.contiguous(), sin.contiguous(), layer
+
+    def forward(self, *args, **kwargs):
+        inputs = self._fused_inputs(args, kwargs)
+        if inputs is None:
+            return super().forward(*args, **kwargs)
+        from gpuadvisor.kernels.decode_attention import decode_attention
+        from gpuadvisor.kernels.hf_rope_cache import hf_rope_kv_update
+
+        x, cos, sin, layer = inputs
+        n_heads, n_kv_heads = self._fused_heads
+        qkv = self._fused_qkv(x)
+        q, positions = hf_rope_kv_update(
+            qkv, cos, sin, layer.cumulative_length, layer.keys, layer.values, n_heads, n_kv_heads
+        )
+        layer.cumulative_length.add_(x.shape[1])  # in place, as StaticLayer.update does (a static address)
+        y = decode_attention(q, layer.keys, layer.values, positions, scale=self._fused_scale)
+        return self.o_proj(y), None
+
+    @property
+    def _fused_scale(self) -> float:
+        scaling = getattr(self, "scaling", None)
+        if isinstance(scaling, (int, float)) and not isinstance(scaling, bool):
+            return float(scaling)
+        return float(self.head_dim) ** -0.5
+
+
+class FusedHFDecoderLayer:
+    """Mixin: a transformers decoder layer with the residual add after the attention and the second norm fused::
+
+        residual = x;  h = x + self_attn(hidden_states=input_layernorm(x), <every other argument>)[0]
+        return h + mlp(post_attention_layernorm(h))       # x + attn and the norm: one add_rmsnorm kernel
+
+    Every argument of the call reaches ``self_attn`` by keyword, defaults included, as the library's own
+    layer passes them. ``_fused_names`` holds the (norm1, attention, norm2, mlp) attribute names and
+    ``_fused_signature`` the original forward's signature.
+    """
+
+    _fused_names: tuple[str, str, str, str]
+    _fused_signature: inspect.Signature
+
+    def _attention_arguments(self, args: tuple, kwargs: dict):
+        """(x, the keyword arguments for self_attn but hidden_states) as the original passes them, or None."""
+        signature = self._fused_signature
+        params = list(signature.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            return None
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        passed: dict = {}
+        extra: dict = {}
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                if value:
+                    return None
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                extra = dict(value)
+            elif name != params[0].name:
+                passed[name] = value
+        # Newer transformers rename ``past_key_values`` to ``cache`` in a decorator that this forward replaces.
+        if "past_key_values" in extra and "cache" in passed and passed["cache"] is None:
+            passed["cache"] = extra.pop("past_key_values")
+        return bound.arguments[params[0].name], {**passed, **extra}
+
+    def forward(self, *args, **kwargs):
+        norm1, attention, norm2, mlp = (getattr(self, name) for name in self._fused_names)
+        call = self._attention_arguments(args, kwargs)
+        if call is None:
+            return super().forward(*args, **kwargs)
+        x, passed = call
+        out = attention(**{self._fused_first: norm1(x)}, **passed)
+        attn_out = out[0] if isinstance(out, (tuple, list)) else out
+        fused = (
+            triton_usable(x)
+            and isinstance(norm2, FusedRMSNorm)
+            and x.dtype == norm2.weight.dtype
+            and isinstance(attn_out, torch.Tensor)
+            and attn_out.shape == x.shape
+            and attn_out.dtype == x.dtype
+        )
+        if not fused:
+            h = x + attn_out
+            return h + mlp(norm2(h))
+        from gpuadvisor.kernels.add_rmsnorm import add_rmsnorm
+
+        normed, h = add_rmsnorm(attn_out.contiguous(), x.contiguous(), norm2.weight, norm2.eps)
+        return h + mlp(normed)
+
+    @property
+    def _fused_first(self) -> str:
+        return next(iter(self._fused_signature.parameters))

@@ -1,14 +1,17 @@
 """Decode attention over a static KV cache, split over the cache (flash-decoding), as two Triton kernels.
 
-For queries ``q`` [B, H, S, hd] (S new tokens, S <= 16), caches ``k_cache``/``v_cache`` [B, H, T, hd] and the
+For queries ``q`` [B, H, S, hd] (S new tokens, S <= 16), caches ``k_cache``/``v_cache`` [B, KVH, T, hd] and the
 queries' cache slots ``input_pos`` [S]::
 
-    out[b, s, h*hd:(h+1)*hd] = softmax(scale * q[b, h, s] @ k_cache[b, h, :p+1]^T) @ v_cache[b, h, :p+1]
-    with p = input_pos[s]
+    out[b, s, h*hd:(h+1)*hd] = softmax(scale * q[b, h, s] @ k_cache[b, g, :p+1]^T) @ v_cache[b, g, :p+1]
+    with p = input_pos[s], g = h // (H / KVH)
 
 which is what ``examples/llama_decode.py`` computes with ``F.scaled_dot_product_attention`` and the causal
 mask ``causal_mask[None, None, input_pos]``, followed by ``y.transpose(1, 2).reshape(B, S, H * hd)``: the
 output comes in that [B, S, H * hd] layout, ready for the output projection, so no transpose kernel follows.
+Grouped-query attention: a cache with KVH heads, KVH dividing H (transformers' Qwen2, Llama with fewer KV
+heads), is read in place by the H / KVH query heads of each group (head h reads cache head h // (H / KVH), as
+``repeat_kv`` does), so the repeated keys and values are never materialized; KVH = H is plain multi-head.
 Scores, softmax and the weighted sum run in fp32 whatever the cache dtype (exponentials as exp2 of
 log2(e)-scaled scores); the output is rounded once to q's dtype. Slots after ``input_pos[s]`` are never read:
 each program's loop stops at the query's position, so a chunk wholly past it loads nothing, and the eager
@@ -47,7 +50,7 @@ import triton.language as tl
 
 from gpuadvisor.kernels.rope_cache import SUPPORTED_DTYPES, check_cache, check_positions
 
-__all__ = ["decode_attention", "decode_attention_reference", "chunk_for", "tile_for"]
+__all__ = ["decode_attention", "decode_attention_reference", "chunk_for", "tile_for", "kv_heads_of"]
 
 # Programs per launch the chunk size aims at: about 4 per SM of the H200's 132 (module docstring: measured).
 TARGET_PROGRAMS = 512
@@ -100,6 +103,7 @@ def _split_kernel(
     qk_scale_log2,
     SEQ: tl.constexpr,
     N_HEADS: tl.constexpr,
+    GROUPS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     CHUNK: tl.constexpr,
@@ -119,8 +123,9 @@ def _split_kernel(
     d_mask = d < HEAD_DIM
     q = tl.load(q_ptr + b * q_stride_b + h * q_stride_h + s * q_stride_s + d, mask=d_mask, other=0.0)
     q = q.to(tl.float32) * qk_scale_log2  # scores come out in log2 units: exp2 below
-    k_base = k_ptr + b * k_stride_b + h * k_stride_h
-    v_base = v_ptr + b * v_stride_b + h * v_stride_h
+    kv = h // GROUPS  # the cache head of this query head's group (grouped-query attention; GROUPS = 1: h)
+    k_base = k_ptr + b * k_stride_b + kv * k_stride_h
+    v_base = v_ptr + b * v_stride_b + kv * v_stride_h
 
     running_max = float("-inf")
     running_sum = 0.0
@@ -197,6 +202,15 @@ def _combine_kernel(
     tl.store(out_row + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
+def kv_heads_of(k_cache: object, n_heads: int) -> int:
+    """The cache's head count when it divides ``n_heads`` (grouped-query attention), else ``n_heads`` (so a bad
+    cache is reported against the multi-head shape)."""
+    if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4 and 0 < k_cache.shape[1] <= n_heads:
+        if n_heads % k_cache.shape[1] == 0:
+            return int(k_cache.shape[1])
+    return n_heads
+
+
 def _check_inputs(q, k_cache, v_cache, input_pos, scale) -> float:
     """Validate shapes, dtypes and devices on the host (never values); return the softmax scale."""
     if not isinstance(q, torch.Tensor):
@@ -208,8 +222,9 @@ def _check_inputs(q, k_cache, v_cache, input_pos, scale) -> float:
     if q.stride(-1) != 1:
         raise ValueError(f"q must have a unit last-dim stride, got strides {q.stride()}")
     batch, n_heads, seq, head_dim = q.shape
+    kv_heads = kv_heads_of(k_cache, n_heads)
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        check_cache(name, cache, (batch, n_heads, head_dim), q, "q")
+        check_cache(name, cache, (batch, kv_heads, head_dim), q, "q")
         if cache.shape[2] == 0:
             raise ValueError(f"{name} has no slots (T = 0)")
     if v_cache.shape[2] != k_cache.shape[2]:
@@ -263,6 +278,7 @@ def _launch(
         scale * LOG2_E,
         SEQ=seq,
         N_HEADS=n_heads,
+        GROUPS=n_heads // k_cache.shape[1],
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
         CHUNK=chunk,
@@ -297,7 +313,8 @@ def decode_attention(
 ) -> torch.Tensor:
     """Attention of ``q`` [B, H, S, hd] over cache slots ``t <= input_pos[s]``; returns [B, S, H * hd] in q's dtype.
 
-    ``k_cache``/``v_cache``: [B, H, T, hd] in q's dtype (float32/float16/bfloat16), unit last stride;
+    ``k_cache``/``v_cache``: [B, KVH, T, hd] in q's dtype (float32/float16/bfloat16), unit last stride, with
+    KVH dividing H (KVH < H: grouped-query attention, query head h reads cache head h // (H / KVH));
     ``input_pos``: [S] int64/int32 on q's device, each in [0, T) (not checked on the host); ``scale``: the
     softmax scale, 1/sqrt(hd) by default. Raises ValueError on a bad shape, dtype, device or scale.
     Two launches, no host sync: CUDA-graph capturable.
@@ -313,9 +330,12 @@ def decode_attention_reference(
     input_pos: torch.Tensor,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """The same in float64 PyTorch (returns float64 [B, S, H * hd]): masked softmax over all T slots."""
+    """The same in float64 PyTorch (returns float64 [B, S, H * hd]): masked softmax over all T slots (a grouped
+    cache's heads repeated to H first, as transformers' ``repeat_kv`` does)."""
     batch, n_heads, seq, head_dim = q.shape
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    groups = n_heads // k_cache.shape[1]
+    k_cache, v_cache = (cache.repeat_interleave(groups, dim=1) for cache in (k_cache, v_cache))
     scores = torch.einsum("bhsd,bhtd->bhst", q.double(), k_cache.double()) * scale
     slots = torch.arange(k_cache.shape[2], device=q.device)
     allowed = slots[None, :] <= input_pos.long()[:, None]  # [S, T]: the causal mask's rows at input_pos
