@@ -336,7 +336,8 @@ def apply_fixes(
             "--budget",
             min=0,
             metavar="SECONDS",
-            help="--fix auto: no new candidate starts after this many seconds of searching (the first always runs).",
+            help="--fix auto: no new candidate starts after this many seconds of searching (the first stack and "
+            "compile alone always run).",
         ),
     ] = 120.0,
     output_format: FormatOption = OutputFormat.terminal,

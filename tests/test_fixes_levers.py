@@ -231,11 +231,6 @@ def test_bf16_on_vit_inference_passes_and_planted_wrong_variants_fail(monkeypatc
     assert_same_state(before, workload)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the small ResNet training step (batch 2, 1x1 feature maps in stage 3) has BatchNorm gradients"
-    " that CPU autocast moves ~12x further than the emulated bf16 rounding; the guard rolls bf16 back",
-)
 def test_bf16_on_resnet_training_passes(monkeypatch):
     workload = load("hf_resnet_train", monkeypatch)
     _, outcome = only(workload, "bf16")

@@ -122,3 +122,31 @@ def test_a_tf32_gpu_allows_another_convolution_algorithm_four_times_the_original
     scaled = (exact * 1.01).float()
     wrong = {"outputs": ([("output", original)], [("output", scaled)], [("output", exact)]), "state": ([], [], [])}
     assert not _judge("model", [wrong], True, "float32", None, True, TF32_REFERENCE_FACTOR).passed
+
+
+def test_the_suite_trace_findings_say_which_part_of_the_step_their_saving_is_in():
+    from gpuadvisor.fixes.coverage import saving_part
+
+    _, by_rule = findings_of("timm_resnet50_train")
+    parts = {rule: saving_part(finding) for rule, finding in by_rule.items()}
+    assert parts == {
+        "GA101": "idle",
+        "GA102": "generated",
+        "GA201": "generated",
+        "GA203": "generated",
+        "GA302": "library",
+    }
+    covered = fix_covers("channels_last") | fix_covers("bf16") | fix_covers("compile", {"mode": "reduce-overhead"})
+    step = 32080.0  # the H200 step timed without the profiler
+    findings = list(by_rule.values())
+    # The parts add: more than every finding multiplied as a share of one step, never more than their plain sum.
+    together = combined_saving(findings, covered, step)
+    plain_sum = sum(addressed_saving(f, covered) for f in findings)
+    remaining = 1.0
+    for finding in findings:
+        remaining *= 1.0 - addressed_saving(finding, covered) / step
+    assert step * (1.0 - remaining) < together
+    from gpuadvisor.fixes.coverage import fused_bf16_saving
+
+    extra = fused_bf16_saving(by_rule["GA201"], covered, findings)
+    assert extra > 0 and together <= plain_sum + extra

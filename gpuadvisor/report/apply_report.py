@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuadvisor.fixes.coverage import ALSO_ADDRESSES, combined_saving, fix_covers
+from gpuadvisor.fixes.coverage import ALSO_ADDRESSES, PREDICTED_BASIS, combined_saving, fix_covers
 from gpuadvisor.report.profiled import spread_note
 from gpuadvisor.stats import finite_round, speedup_interval
 
@@ -196,8 +196,7 @@ def build_apply_report(
         "predicted_us": combined_saving(before["findings"], covered_ids, before_us)
         if applied_ids and before_report and before_report.get("kernels")
         else None,
-        "predicted_basis": "the savings of the findings the applied fixes address, combined as independent"
-        " shares of the step: step x (1 - product of (1 - saving / step))",
+        "predicted_basis": PREDICTED_BASIS,
         "measured_us": measured_us if applied_ids else None,
         "measured_pct": finite_round(100.0 * measured_us / before_us, 1)
         if applied_ids and measured_us is not None and before_us
