@@ -688,3 +688,34 @@ def test_a_script_in_a_kernel_name_does_not_run(browser, tmp_path, analyze_repor
         assert page.eval_on_selector("circle.kpoint[data-kernel='0']", "e => e.dataset.tip").startswith(EVIL)
     finally:
         page.context.close()
+
+
+# The pages written on the H200 and committed (issue: one profile, one apply and one compare page), opened as
+# they are: no console error, nothing fetched, a roofline mark per kernel row of the report beside them.
+COMMITTED_PAGES = [
+    "profile_llama_memory",
+    "apply_hf_llama_decode_fusion_graphs",
+    "apply_hf_resnet_train_auto",
+    "profile_variable_batches",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", COMMITTED_PAGES)
+def test_committed_h200_pages_open_clean(browser, tmp_path, folder):
+    page_path = RESULTS / folder / "report.html"
+    assert page_path.stat().st_size <= MAX_HTML_BYTES
+    report = json.loads((RESULTS / folder / "report.json").read_text())
+    assert report["env"]["gpu_name"] == "NVIDIA H200"
+    _check_in_browser(browser, tmp_path, folder, page_path.read_text(encoding="utf-8"), report)
+
+
+@pytest.mark.slow
+def test_committed_compare_page_opens_clean(browser):
+    page, problems = _open(browser, RESULTS / "gate" / "compare_base_slow10.html")
+    try:
+        assert problems == []
+        assert page.locator("div.verdict").get_attribute("data-verdict") == "regression"
+        assert page.locator("div.metric").count() >= 1
+    finally:
+        page.context.close()
