@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuadvisor.ncu.run import ncu_command  # noqa: E402
 from gpuadvisor.ncu.sol import SOL_METRICS  # noqa: E402
 
 WORKLOADS = ("gemm", "add_rmsnorm", "input_pipeline", "llama_decode")
@@ -66,32 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.workloads.split(","):
         csv_path = args.out / f"{name}.csv"
-        command = [
-            ncu,
-            "--clock-control",
-            "none",
-            "--target-processes",
-            "all",
-            "--profile-from-start",
-            "off",
-            "--csv",
-            "--print-units",
-            "base",
-            "--metrics",
-            ",".join(SOL_METRICS.values()),
-            "--launch-count",
-            str(args.launch_count),
-            "--log-file",
-            str(csv_path),
-            sys.executable,
-            "-m",
-            "gpuadvisor.ncu.child",
-            str(ROOT / "examples" / f"{name}.py"),
-            "--warmup",
-            str(args.warmup),
-            "--steps",
-            "1",
-        ]
+        command = ncu_command(
+            ROOT / "examples" / f"{name}.py",
+            csv_path,
+            warmup=args.warmup,
+            steps=1,
+            launch_count=args.launch_count,
+            kernel_regex=None,
+            entry=None,
+            metrics=list(SOL_METRICS.values()),
+        )
         started = time.monotonic()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)

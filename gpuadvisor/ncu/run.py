@@ -43,7 +43,10 @@ def ncu_command(
     launch_count: int,
     kernel_regex: str | None,
     entry: str | None,
+    metrics: list[str] | None = None,
 ) -> list[str]:
+    """The ncu command line (module docstring); ``metrics``: other counters than the shared-memory ones
+    (benchmarks/ncu_classes.py collects the Speed-of-Light figures with it)."""
     ncu = shutil.which("ncu")
     if ncu is None:
         raise BadInputError(
@@ -62,7 +65,7 @@ def ncu_command(
         "--print-units",
         "base",
         "--metrics",
-        ",".join(METRICS.values()),
+        ",".join(metrics if metrics is not None else METRICS.values()),
         "--launch-count",
         str(launch_count),
         "--log-file",
