@@ -697,6 +697,11 @@ COMMITTED_PAGES = [
     "apply_hf_llama_decode_fusion_graphs",
     "apply_hf_resnet_train_auto",
     "profile_variable_batches",
+    # `gpuadvisor analyze sample_traces/NAME.json.gz --out benchmarks/results/sample_reports/NAME`
+    "sample_reports/gemm",
+    "sample_reports/add_rmsnorm",
+    "sample_reports/input_pipeline",
+    "sample_reports/llama_decode",
 ]
 
 
@@ -707,7 +712,7 @@ def test_committed_h200_pages_open_clean(browser, tmp_path, folder):
     assert page_path.stat().st_size <= MAX_HTML_BYTES
     report = json.loads((RESULTS / folder / "report.json").read_text())
     assert report["env"]["gpu_name"] == "NVIDIA H200"
-    _check_in_browser(browser, tmp_path, folder, page_path.read_text(encoding="utf-8"), report)
+    _check_in_browser(browser, tmp_path, folder.replace("/", "_"), page_path.read_text(encoding="utf-8"), report)
 
 
 @pytest.mark.slow

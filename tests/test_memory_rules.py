@@ -9,6 +9,7 @@ examples/real/hf_llama_decode.py with --memory are checked when they are in benc
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -340,3 +341,20 @@ def test_ga602_fires_on_the_h200_memory_profile_of_hf_llama_decode():
     usable = free - allocator["device_total_bytes"] // 10  # the 10% safety margin
     assert e["free_for_cache_bytes"] == usable
     assert e["more_tokens"] == usable // 65_536 and e["more_sequences"] == usable // (64 * MB)
+
+
+def test_profile_runs_the_memory_rules_on_its_memory_section(tmp_path, monkeypatch):
+    """profile builds the memory section after the other rules ran; GA601-603 must still read it. On the CPU
+    there is no allocator, so the H200 section of the fragmenting workload stands in for it."""
+    from gpuadvisor.capture import memory_run
+    from gpuadvisor.profile import run_profile
+
+    section = json.loads((RESULTS / "profile_variable_batches" / "report.json").read_text())["memory"]
+    monkeypatch.setattr(memory_run, "memory_section", lambda *a, **k: copy.deepcopy(section))
+    model = Path(__file__).resolve().parents[1] / "examples" / "tiny_mlp.py"
+    report = run_profile(model, warmup=1, timed_steps=2, profiled_steps=1, min_time_s=0, out_dir=tmp_path / "o", nvml=False)
+    ids = [f["rule_id"] for f in report["findings"]]
+    assert "GA601" in ids, ids
+    assert "GA601" not in [s.get("rule_id") for s in report.get("skipped_rules") or []]
+    written = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert "GA601" in [f["rule_id"] for f in written["findings"]]
