@@ -132,3 +132,16 @@ def test_the_memory_section_of_profile_fits_the_schema(sample_reports):
     jsonschema.validate(report, json.loads(PUBLISHED.read_text(encoding="utf-8")))
     with pytest.raises(msgspec.ValidationError, match="memory"):
         decode_report(to_json(dict(report, memory={"allocator": {"allocated_peak_bytes": "lots"}})))
+
+
+def test_the_allocator_settings_survive_the_typed_model():
+    """The memory rules read env.allocator_settings / pytorch_cuda_alloc_conf: a typed round trip keeps them."""
+    import msgspec
+
+    from gpuadvisor.report.schema import Env
+
+    env = {"gpu_name": "NVIDIA H200", "allocator_settings": "expandable_segments:True",
+           "pytorch_cuda_alloc_conf": "expandable_segments:True"}
+    decoded = msgspec.json.decode(msgspec.json.encode(env), type=Env)
+    assert decoded.allocator_settings == "expandable_segments:True"
+    assert decoded.pytorch_cuda_alloc_conf == "expandable_segments:True"

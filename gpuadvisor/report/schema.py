@@ -64,6 +64,11 @@ class Env(_Section):
     device: Union[Text, UnsetType] = UNSET
     cpu_name: Union[Text, UnsetType] = UNSET
     cpu_threads: Union[Count, UnsetType] = UNSET
+    # How the CUDA caching allocator was configured (gpuadvisor/environment.py, allocator_config): what torch
+    # reports it runs with ("" for the defaults), and the environment variables as set.
+    allocator_settings: Union[Text, UnsetType] = UNSET
+    pytorch_cuda_alloc_conf: Union[Text, UnsetType] = UNSET
+    pytorch_alloc_conf: Union[Text, UnsetType] = UNSET
 
 
 class Peaks(_Section):
