@@ -1,4 +1,5 @@
 try:
+    from gpuadvisor import interrupt  # noqa: F401 (loaded here, inside the try, before main installs it)
     from gpuadvisor.cli import main
 except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load
     import os

@@ -764,10 +764,11 @@ def ncu(
 
 def main() -> None:
     """Entry point: run the app, mapping errors to one line and an exit code."""
-    from gpuadvisor import interrupt
-
-    interrupt.install()
     try:
+        # Inside the try: a Ctrl-C while the handlers are being installed is still one line and exit 130.
+        from gpuadvisor import interrupt
+
+        interrupt.install()
         code = app(standalone_mode=False)
     except GpuAdvisorError as exc:
         if _DEBUG:
