@@ -44,7 +44,6 @@ print(json.dumps({{
     "segments_allocated": s.get("segment.all.allocated"),
     "step_us_median": statistics.median(times),
     "steps": len(times),
-    "alloc_conf": torch.cuda.memory._get_current_allocator().__class__.__name__ if hasattr(torch.cuda.memory, "_get_current_allocator") else None,
 }}))
 """
 
@@ -79,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
             result["settings"][name] = {"error": done.stderr[-2000:]}
             continue
         figures = json.loads(done.stdout.strip().splitlines()[-1])
-        figures.pop("alloc_conf", None)
         figures["PYTORCH_CUDA_ALLOC_CONF"] = conf
         if figures["allocated_peak_bytes"] is not None and figures["reserved_peak_bytes"]:
             slack = figures["reserved_peak_bytes"] - figures["allocated_peak_bytes"]

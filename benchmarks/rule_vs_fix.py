@@ -132,10 +132,29 @@ def main(argv: list[str] | None = None) -> int:
     for model, rule, fix in pairs:
         entry = run_pair(model, rule, fix, args.apply_dir, args.rounds, args.steps, args.timeout_s)
         entry["date"] = result["date"]
-        result["pairs"] = [p for p in result["pairs"] if _pair_key(p["model"], p["rule"], p["fix"]) != _pair_key(model, rule, fix)]
+        result["pairs"] = [
+            p for p in result["pairs"] if _pair_key(p["model"], p["rule"], p["fix"]) != _pair_key(model, rule, fix)
+        ]
         result["pairs"].append(entry)
-        print(json.dumps({k: entry.get(k) for k in ("model", "rule", "fix", "rc", "seconds", "estimated_saving_us",
-                                                     "measured_saving_us", "within_30pct", "fix_status")}), flush=True)
+        print(
+            json.dumps(
+                {
+                    k: entry.get(k)
+                    for k in (
+                        "model",
+                        "rule",
+                        "fix",
+                        "rc",
+                        "seconds",
+                        "estimated_saving_us",
+                        "measured_saving_us",
+                        "within_30pct",
+                        "fix_status",
+                    )
+                }
+            ),
+            flush=True,
+        )
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

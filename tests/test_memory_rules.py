@@ -352,7 +352,9 @@ def test_profile_runs_the_memory_rules_on_its_memory_section(tmp_path, monkeypat
     section = json.loads((RESULTS / "profile_variable_batches" / "report.json").read_text())["memory"]
     monkeypatch.setattr(memory_run, "memory_section", lambda *a, **k: copy.deepcopy(section))
     model = Path(__file__).resolve().parents[1] / "examples" / "tiny_mlp.py"
-    report = run_profile(model, warmup=1, timed_steps=2, profiled_steps=1, min_time_s=0, out_dir=tmp_path / "o", nvml=False)
+    report = run_profile(
+        model, warmup=1, timed_steps=2, profiled_steps=1, min_time_s=0, out_dir=tmp_path / "o", nvml=False
+    )
     ids = [f["rule_id"] for f in report["findings"]]
     assert "GA601" in ids, ids
     assert "GA601" not in [s.get("rule_id") for s in report.get("skipped_rules") or []]

@@ -140,8 +140,11 @@ def test_the_allocator_settings_survive_the_typed_model():
 
     from gpuadvisor.report.schema import Env
 
-    env = {"gpu_name": "NVIDIA H200", "allocator_settings": "expandable_segments:True",
-           "pytorch_cuda_alloc_conf": "expandable_segments:True"}
+    env = {
+        "gpu_name": "NVIDIA H200",
+        "allocator_settings": "expandable_segments:True",
+        "pytorch_cuda_alloc_conf": "expandable_segments:True",
+    }
     decoded = msgspec.json.decode(msgspec.json.encode(env), type=Env)
     assert decoded.allocator_settings == "expandable_segments:True"
     assert decoded.pytorch_cuda_alloc_conf == "expandable_segments:True"

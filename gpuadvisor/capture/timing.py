@@ -91,9 +91,7 @@ def time_steps(
                 if on_step is not None:
                     on_step()
             wall = time.perf_counter() - phase_start
-            times = StepTimes(
-                samples, f"CPU wall clock (time.perf_counter), {steps} steps, no profiler, no CUDA", wall
-            )
+            times = StepTimes(samples, f"CPU wall clock (time.perf_counter), {steps} steps, no profiler, no CUDA", wall)
     times.optimizer_step_us = clock.per_step_us
     return times
 

@@ -273,17 +273,24 @@ class FusedPreNormBlock:
 HF_CACHE_ARGS = ("cache", "past_key_values")
 
 
-def call_arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict | None:
-    """A call's arguments by parameter name, with what ``**kwargs`` caught merged in; None if they do not bind."""
+def call_arguments(signature: inspect.Signature, args: tuple, kwargs: dict, *, defaults: bool = False) -> dict | None:
+    """A call's arguments by parameter name, with what ``**kwargs`` caught merged in (``defaults``: the unpassed
+    parameters' defaults too); None if they do not bind or extra positional arguments (``*args``) came."""
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:
         return None
+    if defaults:
+        bound.apply_defaults()
     values: dict = {}
     extra: dict = {}
     for name, value in bound.arguments.items():
-        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
             extra = dict(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            if value:
+                return None  # no name to pass them on by
         else:
             values[name] = value
     for name, value in extra.items():
@@ -461,26 +468,15 @@ class FusedHFDecoderLayer:
         params = list(signature.parameters.values())
         if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
             return None
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
+        passed = call_arguments(signature, args, kwargs, defaults=True)
+        if passed is None:
             return None
-        bound.apply_defaults()
-        passed: dict = {}
-        extra: dict = {}
-        for name, value in bound.arguments.items():
-            kind = signature.parameters[name].kind
-            if kind is inspect.Parameter.VAR_POSITIONAL:
-                if value:
-                    return None
-            elif kind is inspect.Parameter.VAR_KEYWORD:
-                extra = dict(value)
-            elif name != params[0].name:
-                passed[name] = value
+        x = passed.pop(params[0].name)
         # Newer transformers rename ``past_key_values`` to ``cache`` in a decorator that this forward replaces.
-        if "past_key_values" in extra and "cache" in passed and passed["cache"] is None:
-            passed["cache"] = extra.pop("past_key_values")
-        return bound.arguments[params[0].name], {**passed, **extra}
+        renamed = "past_key_values" in passed and "past_key_values" not in signature.parameters
+        if renamed and "cache" in passed and passed["cache"] is None:
+            passed["cache"] = passed.pop("past_key_values")
+        return x, passed
 
     def forward(self, *args, **kwargs):
         norm1, attention, norm2, mlp = (getattr(self, name) for name in self._fused_names)

@@ -257,4 +257,3 @@ def _against_the_stack(first: Any, stack: Any, patched: Any, policy: str) -> Any
         detail=f"against the original ({policy} policy) it missed: {first.detail}; against the guarded stack it "
         f"joins, by its own policy, it passed: {second.detail}",
     )
-

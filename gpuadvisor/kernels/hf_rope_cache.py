@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuadvisor.kernels.rope_cache import SUPPORTED_DTYPES, check_cache
+from gpuadvisor.kernels.rope_cache import SUPPORTED_DTYPES, check_caches
 
 __all__ = ["hf_rope_kv_update", "hf_rope_kv_update_reference"]
 
@@ -162,10 +162,7 @@ def _check_inputs(qkv, cos, sin, start, k_cache, v_cache, n_heads, n_kv_heads) -
         raise ValueError(f"start must be one int64/int32 value, got dtype {start.dtype} shape {tuple(start.shape)}")
     if start.device != qkv.device:
         raise ValueError(f"start is on {start.device}, qkv is on {qkv.device}")
-    check_cache("k_cache", k_cache, (batch, n_kv_heads, head_dim), qkv)
-    check_cache("v_cache", v_cache, (batch, n_kv_heads, head_dim), qkv)
-    if v_cache.shape[2] != k_cache.shape[2]:
-        raise ValueError(f"v_cache has {v_cache.shape[2]} slots, k_cache has {k_cache.shape[2]}")
+    check_caches(k_cache, v_cache, (batch, n_kv_heads, head_dim), qkv)
     return head_dim
 
 

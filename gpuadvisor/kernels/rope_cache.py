@@ -131,6 +131,14 @@ def check_cache(name: str, cache: object, expected: tuple, like: torch.Tensor, l
         raise ValueError(f"{name} must have a unit last-dim stride, got strides {cache.stride()}")
 
 
+def check_caches(k_cache: object, v_cache: object, expected: tuple, like: torch.Tensor) -> None:
+    """Both caches as :func:`check_cache` wants them, with as many slots each."""
+    check_cache("k_cache", k_cache, expected, like)
+    check_cache("v_cache", v_cache, expected, like)
+    if v_cache.shape[2] != k_cache.shape[2]:
+        raise ValueError(f"v_cache has {v_cache.shape[2]} slots, k_cache has {k_cache.shape[2]}")
+
+
 def check_positions(input_pos: object, seq: int, device: torch.device) -> None:
     """Raise ValueError unless ``input_pos`` is a 1-D int32/int64 tensor of ``seq`` positions on ``device``."""
     if not isinstance(input_pos, torch.Tensor):
@@ -170,10 +178,7 @@ def _check_inputs(qkv, rope, input_pos, k_cache, v_cache, n_heads) -> int:
     if rope.stride(-1) != 1:
         raise ValueError(f"rope must have a unit last-dim stride, got strides {rope.stride()}")
     check_positions(input_pos, seq, qkv.device)
-    check_cache("k_cache", k_cache, (batch, n_heads, head_dim), qkv)
-    check_cache("v_cache", v_cache, (batch, n_heads, head_dim), qkv)
-    if v_cache.shape[2] != k_cache.shape[2]:
-        raise ValueError(f"v_cache has {v_cache.shape[2]} slots, k_cache has {k_cache.shape[2]}")
+    check_caches(k_cache, v_cache, (batch, n_heads, head_dim), qkv)
     return head_dim
 
 

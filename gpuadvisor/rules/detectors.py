@@ -160,9 +160,7 @@ def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> pd.DataFr
     # Under the memory roof by intensity: an issue-bound TensorIterator loop (class compute, roof side memory)
     # is still a kernel a fused one replaces.
     side = k["roof_side"] if "roof_side" in k else k["bound"]
-    eligible = (
-        k["family"].isin(_CHAIN_FAMILIES) & (side != "compute") & ~(k["intensity"] > max_intensity)
-    ).to_numpy()
+    eligible = (k["family"].isin(_CHAIN_FAMILIES) & (side != "compute") & ~(k["intensity"] > max_intensity)).to_numpy()
     ordered = k.assign(eligible=eligible).sort_values(["step_index", "stream", "ts_us"], kind="stable")
     flags = ordered["eligible"].to_numpy()
     group = ordered["step_index"].to_numpy() * 1_000_003 + ordered["stream"].to_numpy()
