@@ -106,6 +106,9 @@ DEFAULT_WARMUP = 5
 DEFAULT_STEPS = 20  # per side and round: 5 rounds x 20 = 100 timed steps a side (DESIGN.md: at least 20)
 DEFAULT_ROUNDS = 5
 DEFAULT_PROFILED_STEPS = 3
+# Steps per timed block, after it, timed on the host clock from an idle GPU (capture.timing.probe_host): the
+# host's time per step, which bounds what a fix that only shortens kernels can save (rules GA203, GA302).
+HOST_PROBES_PER_BLOCK = 2
 
 
 class StrictRefusalError(BadInputError):
@@ -402,12 +405,14 @@ class SideMeasurement:
     peak_reserved_bytes: int | None = None
     summary: dict[str, Any] | None = None  # the side's report summary, filled after the analysis
     optimizer_step_us: list[float] = field(default_factory=list)  # host time in optimizer.step() per step
+    host_us: list[float] = field(default_factory=list)  # host time of a step started with the GPU idle
 
     def add_block(self, times: StepTimes, energy_mj: float | None, allocated: int | None, reserved: int | None):
         from gpuadvisor.stats import percentile
 
         self.samples_us.extend(times.samples_us)
         self.optimizer_step_us.extend(times.optimizer_step_us)
+        self.host_us.extend(times.host_us)
         self.round_medians_us.append(percentile(times.samples_us, 50))
         self.wall_s += times.wall_s
         self.source = times.source
@@ -429,7 +434,7 @@ class SideMeasurement:
             f"{source}, {rounds} interleaved rounds x {per_block} steps ({len(self.samples_us)} steps), "
             "no profiler" + ("" if "CPU" not in source else ", no CUDA")
         )
-        return StepTimes(list(self.samples_us), text, self.wall_s, list(self.optimizer_step_us))
+        return StepTimes(list(self.samples_us), text, self.wall_s, list(self.optimizer_step_us), list(self.host_us))
 
     def energy_not_measured(self) -> str | None:
         """Why this side has no energy figure (its blocks span less than one update of NVML's energy counter,
@@ -501,7 +506,7 @@ def measure_sides(
     """Time ``rounds`` rounds of one block of ``steps`` steps per side, alternating which side goes first."""
     import torch
 
-    from gpuadvisor.capture.timing import time_steps
+    from gpuadvisor.capture.timing import probe_host, time_steps
 
     sides = {name: SideMeasurement(name) for name in SIDES}
     gc.collect()  # the garbage of build, fixes and warm-up: no full collection inside the timed blocks
@@ -522,6 +527,10 @@ def measure_sides(
                     on_step=display.advance,
                 )
                 energy_end = _energy_mj(sampler)
+                if cuda:
+                    times.host_us = probe_host(
+                        lambda i, run=run, phase=phase: run(phase, i, rounds * steps), offset, HOST_PROBES_PER_BLOCK
+                    )
                 energy = energy_end - energy_start if energy_start is not None and energy_end is not None else None
                 sides[name].add_block(
                     times,

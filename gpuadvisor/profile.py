@@ -75,6 +75,9 @@ MAX_EXTRA_WARMUP_STEPS = 2000
 # schedule, with no steal time shown in the guest; 30 steps of 6 ms (0.2 s) could land wholly inside one.
 # Longer timing lets the median see past the short stretches (not the long ones; README, "Timing a launch-bound step").
 MIN_TIMING_S = 5.0
+# Steps after the timed ones, each timed on the host clock from an idle GPU (capture.timing.probe_host): the
+# summary's host_enqueue_us, what the host needs per step whatever the kernels take.
+HOST_PROBES = 5
 MAX_TIMED_STEPS = 10_000
 
 
@@ -277,7 +280,7 @@ def measure(
             timed_steps = agree_steps(timed_steps)
 
     from gpuadvisor.capture.nvml import open_sampler, summarize
-    from gpuadvisor.capture.timing import time_steps
+    from gpuadvisor.capture.timing import probe_host, time_steps
 
     if before_timing is not None:
         before_timing()
@@ -293,6 +296,10 @@ def measure(
             lambda i: run_step("timing", i, timed_steps), timed_steps, cuda=cuda, on_step=display.advance
         )
     nvml_summary = summarize(sampler, times.samples_us) if sampler is not None else None
+    if cuda:
+        times.host_us = probe_host(
+            lambda i: run_step("timing (host)", i, timed_steps + HOST_PROBES), timed_steps, HOST_PROBES
+        )
     from gpuadvisor.capture.memory_run import allocator_figures
 
     allocator = allocator_figures(cuda)

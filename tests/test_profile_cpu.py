@@ -495,6 +495,13 @@ def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, ex
         return StepTimes([2000.0] * steps, "stub", 0.0)
 
     monkeypatch.setattr(timing_module, "time_steps", fake_time_steps)
+    probed = []
+
+    def fake_probe_host(run_step, first_index, probes):
+        probed.append((first_index, probes))
+        return [1500.0] * probes
+
+    monkeypatch.setattr(timing_module, "probe_host", fake_probe_host)
     agreed = []
 
     def agree(count):
@@ -507,6 +514,8 @@ def test_measure_times_for_the_minimum_time_on_a_gpu(monkeypatch, min_time_s, ex
     with ProgressDisplay(False) as display:
         profile_module.measure(run_step, "m.py", True, 2, 30, False, display, agree_steps=agree, min_time_s=min_time_s)
     assert agreed[-1] == timed[0]  # the ranks agree on the timed count too
+    # After the timed steps, the host's time per step from an idle GPU: the summary's host_enqueue_us.
+    assert probed == [(timed[0], profile_module.HOST_PROBES)]
     if expect_more:
         assert 30 < timed[0] <= 0.3 / 0.002 + 1  # about 0.3 s of ~2 ms steps, never more than sleep allows
     else:

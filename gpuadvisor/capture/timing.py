@@ -21,6 +21,16 @@ host clock in torch.optim's global step pre/post hooks during the timed steps (t
 time: in a step whose GPU waits for the optimizer's launches (the loop this measures) it is also the time the
 GPU spends on it.
 
+How long the host takes to enqueue a step (:func:`probe_host`): after the timed steps, each probe waits for the
+GPU (``torch.cuda.synchronize``), reads the host clock around one call of the step, and waits again. With the
+GPU idle at its start the host never waits for the GPU inside the call (unless the step itself synchronizes,
+or launches more kernels than the GPU's launch queue holds: the host started to wait between 512 and 1,024
+queued launches on the H200, benchmarks/results/host_bound_check.json), so the figure is the time the step's
+Python and launches take the host, the step time it cannot go under while it runs eagerly. A step whose GPU
+work shrinks below it turns host-bound: ``benchmarks/host_bound_check.py`` measured a timm ResNet-50 training
+step at 32.0 ms with 28.6 ms of host time and 32.0 ms of GPU time; in channels_last the GPU took 23.0 ms and
+the step 28.8 ms, the host's time.
+
 Torch is imported inside the functions.
 """
 
@@ -44,6 +54,13 @@ class StepTimes:
     # Host wall time inside torch.optim's optimizer.step() per timed step (µs; the calls of a step summed), from
     # the optimizer step hooks; empty when the step called no optimizer (see OptimizerClock).
     optimizer_step_us: list[float] = field(default_factory=list)
+    # Host wall time of one step started with the GPU idle (µs per probe; see the module docstring); empty when
+    # no probe ran (the CPU, or host_probes=0).
+    host_us: list[float] = field(default_factory=list)
+
+    @property
+    def host_median_us(self) -> float | None:
+        return percentile(self.host_us, 50) if self.host_us else None
 
     @property
     def optimizer_step_median_us(self) -> float | None:
@@ -144,6 +161,21 @@ class OptimizerClock:
         finally:
             if self._handles:
                 self.per_step_us.append(self._current * 1e6)
+
+
+def probe_host(run_step: Callable[[int], Any], first_index: int, probes: int) -> list[float]:
+    """``probes`` calls ``run_step(first_index + k)``, each timed on the host clock from an idle GPU (the module
+    docstring): the host's time to run and enqueue one step, µs per probe. CUDA only."""
+    import torch
+
+    samples = []
+    for k in range(probes):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run_step(first_index + k)
+        samples.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return samples
 
 
 def _time_cuda(run_step: Callable[[int], Any], steps: int, on_step: Callable[[], None] | None) -> StepTimes:

@@ -37,6 +37,7 @@ _SIDE_SUMMARY_KEYS = (
     "launch_calls_per_step",
     "gpu_busy_us",
     "gpu_busy_pct",
+    "host_enqueue_us",
     "energy_j_per_step",
     "energy_source",
 )

@@ -163,6 +163,7 @@ def timed_summary(facts: RunFacts) -> dict[str, Any]:
         "timed_steps": len(times.samples_us),
         "timing_wall_s": finite_round(times.wall_s, 3),
         "optimizer_step_host_us": finite_round(times.optimizer_step_median_us),
+        "host_enqueue_us": finite_round(times.host_median_us),
         "tokens_per_s": finite_round(facts.tokens_per_step * 1e6 / median, 1)
         if facts.tokens_per_step and median
         else None,

@@ -114,6 +114,10 @@ class Summary(_Section):
     step_time_p90_us: Union[Number, UnsetType] = UNSET
     timed_steps: Union[Count, UnsetType] = UNSET
     timing_wall_s: Union[Number, UnsetType] = UNSET
+    # host time of one step started with the GPU idle (median of the probes; capture.timing.probe_host)
+    host_enqueue_us: Union[Number, None, UnsetType] = UNSET
+    # host time inside torch.optim's optimizer.step() per step (capture.timing.OptimizerClock)
+    optimizer_step_host_us: Union[Number, None, UnsetType] = UNSET
     tokens_per_s: Union[Number, UnsetType] = UNSET
     profiler_slowdown: Union[Number, UnsetType] = UNSET
     memory_allocated_peak_bytes: Union[Count, UnsetType] = UNSET
@@ -339,6 +343,7 @@ class Side(_Section):
     launch_calls_per_step: Union[Number, UnsetType] = UNSET
     gpu_busy_us: Union[Number, UnsetType] = UNSET
     gpu_busy_pct: Union[Number, UnsetType] = UNSET
+    host_enqueue_us: Union[Number, None, UnsetType] = UNSET
     energy_j_per_step: Union[Number, UnsetType] = UNSET
     energy_source: Union[Text, UnsetType] = UNSET
     peak_memory_bytes: Union[Count, UnsetType] = UNSET
