@@ -25,6 +25,11 @@ addressed together, as torch.compile with bf16 does) reads and writes bf16 activ
 traffic, which GA201 takes as its largest member's in float32, halves too: GA302's own basis for memory-bound
 kernels under bf16 (``FUSED_BF16_BYTES``). The optimizer's update stays float32 under autocast: where GA204
 measured the optimizer's kernel time, that part of the chains is left out.
+
+Host-bound steps: GA203's and GA302's savings on a timed step are capped by the host's time per step (an eager
+step cannot go under it; rules/detectors_model.py ``host_capped_saving``), so channels_last or bf16 alone may
+save little on a step whose host is as slow as its GPU. Beside compile or graphs (``HOST_FREE_FIXES``) the
+host's time goes, and their GPU saving (``evidence["gpu_saving_us"]``) counts in full.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ _BY_FAMILY_RULES = {"compile": ("GA102",)}
 # Kernel findings whose saving is in the kernels torch.compile or the fusion fix writes (GA201: chains of
 # elementwise and normalization kernels; GA203: NCHW<->NHWC copies); GA102's claimed part is in those families.
 GENERATED_KERNEL_RULES = frozenset({"GA201", "GA203", *_BY_FAMILY_RULES["compile"]})
+# Fixes after which the step no longer pays the host's time per step: a CUDA graph replays the launches, and
+# torch.compile's code launches fewer, larger kernels (in its CUDA-graph modes none). Savings a detector capped
+# by the host (GA203, GA302: evidence["gpu_saving_us"]) count in full beside them.
+HOST_FREE_FIXES = frozenset({"compile", "graphs"})
 # The parts of a step a saving can come from (a finding's saving_from): GPU idle time, and kernel time.
 IDLE_SAVINGS = frozenset({"launch_idle", "sync_idle"})
 # bf16 halves the bytes a fused memory-bound chain moves (GA302's basis for memory-bound kernels, "bytes halve").
@@ -51,7 +60,8 @@ PREDICTED_BASIS = (
     "the savings of the findings the applied fixes address, by the part of the step they come from: GPU idle time,"
     " the kernels torch.compile or the fusion fix writes, library kernels; parts add, savings within a part (and"
     " step-wide ones) combine as independent shares of the step, step x (1 - product of (1 - saving / step));"
-    " a chain fused under bf16 autocast moves half its bytes"
+    " a chain fused under bf16 autocast moves half its bytes; beside compile or graphs a kernel saving that the"
+    " eager step's host time capped counts in full"
 )
 
 
@@ -71,6 +81,11 @@ def addressed_saving(finding: dict[str, Any], fix_ids: set[str]) -> float:
     """The part of a finding's estimated saving (µs per step) that ``fix_ids`` address: all of it when its fix
     id or rule is addressed, the generated families' part of a by-family saving, else 0."""
     saving = finding.get("estimated_saving_us_per_step")
+    gpu_saving = (finding.get("evidence") or {}).get("gpu_saving_us")
+    if HOST_FREE_FIXES & fix_ids and isinstance(gpu_saving, (int, float)):
+        # The finding's saving was capped by the eager step's host time; with compile or graphs in the stack
+        # the host's time goes, and the GPU's saving is what the fix brings.
+        saving = max(float(saving or 0.0), float(gpu_saving))
     if not isinstance(saving, (int, float)) or saving <= 0:
         return 0.0
     rules = set().union(*(ALSO_ADDRESSES.get(fix_id, ()) for fix_id in fix_ids)) if fix_ids else set()

@@ -262,6 +262,13 @@ def unfused_attention(a: Analysis, rule: Rule) -> Finding | None:
 # GA203 layout conversions
 
 _LAYOUT_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
+# cuDNN's batch-norm kernels for NCHW tensors (the "spatial" per-channel ones: bn_fw_tr_1C11_kernel_NCHW,
+# bn_bw_1C11_kernel_new, bn_*_1C11_singleread, bn_fw_inf_1C11_kernel_NCHW); in channels_last cuDNN runs its
+# NHWC kernels (batchnorm_fwtr_nhwc_semiPersist, batchnorm_bwtr_nhwc_semiPersist) instead.
+_NCHW_BATCHNORM_KERNEL = r"(?i)\bbn_(?:fw|bw)\w*_1C11"
+# Launch calls per step above which a host probe may include waits for a full launch queue (the host started
+# to wait between 512 and 1,024 queued launches on the H200: benchmarks/results/host_bound_check.json).
+MAX_PROBED_LAUNCHES = 1000
 
 
 def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
@@ -279,11 +286,28 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     by_name = conv.groupby("name")["dur_us"].sum().sort_values(ascending=False)
     to_nhwc = int(match_names(conv["name"], r"(?i)nchwToNhwc|nchw2nhwc").sum())
     ops = conv["op"].dropna().value_counts()
+    # The NCHW batch-norm kernels: in channels_last their NHWC counterparts move the same bytes at
+    # nhwc_batchnorm_fraction_of_roof of the memory roof; a kernel whose roof share is unknown counts zero.
+    bn = k[match_names(k["name"], _NCHW_BATCHNORM_KERNEL) & (k["family"] == "normalization").to_numpy()]
+    fraction = rule.threshold("nhwc_batchnorm_fraction_of_roof")
+    bn_dur = bn["dur_us"].to_numpy(float)
+    bn_roof = bn_dur * np.clip(bn["pct_of_roof"].to_numpy(float), 0.0, 100.0) / 100.0
+    bn_saving = float(np.clip(bn_dur - bn_roof / fraction, 0.0, None)[np.isfinite(bn_roof)].sum()) / a.n_steps
+    gpu_saving = per_step + bn_saving
+    # channels_last's own host cost: cuDNN's NHWC paths cost the host more per convolution call (forward and
+    # backward, BatchNorm included) than the NCHW ones (layout_conversions_timed).
+    conv_calls, _ = forward_fp32_compute_calls(a, _CONVOLUTION_OPS)
     message = (
         f"{len(conv) / a.n_steps:.0f} NCHW↔NHWC layout conversion kernels per step ({to_nhwc / a.n_steps:.0f} to "
         f"NHWC, {(len(conv) - to_nhwc) / a.n_steps:.0f} back) take {per_step:,.0f} µs/step ({share:.1f}% of the "
         f"step): cuDNN runs its tensor-core convolutions in NHWC and transposes NCHW tensors in and out of each "
         f"of the {len(convolutions) / a.n_steps:.0f} convolution kernels per step."
+        + (
+            f" Its NCHW batch-norm kernels ({len(bn) / a.n_steps:.0f} per step, {bn_dur.sum() / a.n_steps:,.0f} µs) "
+            f"would run as NHWC ones, about {bn_saving:,.0f} µs/step faster."
+            if bn_saving > 0
+            else ""
+        )
     )
     evidence = {
         "conversion_kernels_per_step": _r(len(conv) / a.n_steps),
@@ -291,12 +315,93 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
         "share_of_step_pct": _r(share),
         "convolution_kernels_per_step": _r(len(convolutions) / a.n_steps),
         "convolution_us_per_step": _r(convolutions["dur_us"].sum() / a.n_steps),
+        "nchw_batchnorm_kernels_per_step": _r(len(bn) / a.n_steps),
+        "nchw_batchnorm_us_per_step": _r(bn_dur.sum() / a.n_steps),
+        "batchnorm_saving_us_per_step": _r(bn_saving),
+        "gpu_saving_us": _r(gpu_saving),
+        "forward_convolution_calls_per_step": _r(conv_calls),
+        "channels_last_host_us_per_step": _r(conv_calls * rule.threshold("channels_last_host_us_per_convolution")),
         "launching_ops": {str(op): int(c) for op, c in ops.head(4).items()},
         "top_kernels": [short_kernel_name(n) for n in by_name.index[:3]],
-        "basis": "the conversion kernels' own time: in channels_last the convolutions read and write NHWC "
-        "directly and cuDNN launches none of them",
+        "basis": "GPU time: the conversion kernels' own time (in channels_last the convolutions read and write "
+        f"NHWC directly and cuDNN launches none of them) plus the NCHW batch-norm kernels' time above "
+        f"{fraction:.2f} of their memory roof (what cuDNN's NHWC batch-norm kernels reach)",
     }
-    return make_finding(rule, a, message, evidence, per_step)
+    return make_finding(rule, a, message, evidence, gpu_saving)
+
+
+def host_capped_saving(
+    finding: dict, timed_us: float, timed: dict, fix_name: str, extra_host_us: float = 0.0, extra_what: str = ""
+) -> tuple[float, str | None]:
+    """A kernel-time saving (``evidence["gpu_saving_us"]``) against a step whose host may bound it.
+
+    The step runs eagerly after the fix, so it takes at least the host's time to enqueue it
+    (``host_enqueue_us``, timed from an idle GPU: capture.timing.probe_host) plus what the fix adds to it
+    (``extra_host_us``), and at least its GPU time less the saving: after ≈ max(host + extra, step - saving)
+    (benchmarks/results/host_bound_check.json: the step was within 4% of max(host, GPU) for every stack measured).
+    The signed difference step - after goes in ``evidence["expected_alone_us"]`` (negative: the fix alone
+    makes the step slower); the saving is never below 0. Where the host time is unknown, the step syncs (the
+    probe then includes GPU waits) or it launches more than a launch queue holds, the kernel saving stands."""
+    evidence = finding.setdefault("evidence", {})
+    gpu_saving = evidence.get("gpu_saving_us")
+    if not isinstance(gpu_saving, (int, float)):
+        return finding.get("estimated_saving_us_per_step") or 0.0, None
+    gpu_saving = float(gpu_saving)
+    host = timed.get("host_enqueue_us")
+    syncs = timed.get("host_syncs_per_step") or 0
+    launches = timed.get("launch_calls_per_step") or 0
+    if not isinstance(host, (int, float)) or host <= 0:
+        evidence["host_bound_basis"] = "host time not measured (no timed steps on a GPU): the GPU's saving stands"
+        return gpu_saving, None
+    if syncs or launches > MAX_PROBED_LAUNCHES:
+        why = (
+            f"the step synchronizes with the GPU {syncs:g} times, so its host time includes GPU waits"
+            if syncs
+            else f"{launches:,.0f} launches per step are more than the GPU's launch queue holds"
+        )
+        evidence["host_bound_basis"] = f"host time not separable ({why}): the GPU's saving stands"
+        return gpu_saving, None
+    host_after = float(host) + float(extra_host_us)
+    after = max(host_after, timed_us - gpu_saving)
+    expected = timed_us - after
+    evidence["host_enqueue_us"] = _r(float(host))
+    evidence["host_after_fix_us"] = _r(host_after)
+    evidence["expected_alone_us"] = _r(expected)
+    evidence["host_bound_basis"] = (
+        "after the fix ≈ max(host time per step + what the fix adds to it, step - GPU saving); host time timed "
+        "from an idle GPU without the profiler"
+    )
+    if host_after <= timed_us - gpu_saving:
+        return gpu_saving, None
+    gpu_part = f"It takes {gpu_saving:,.0f} µs of GPU time off the step, but the host needs {float(host):,.0f} µs to "
+    added = f" (+{extra_host_us:,.0f} µs for {extra_what})" if extra_host_us > 0 else ""
+    if expected >= 0:
+        text = (
+            f"{gpu_part}enqueue it{added}: alone, on this eager step, {fix_name} would bring the step to "
+            f"about {after:,.0f} µs, a saving of {expected:,.0f} µs; the rest shows with compile or graphs, which "
+            "take the host's time out of the step."
+        )
+    else:
+        text = (
+            f"{gpu_part}enqueue it{added}: alone, on this eager step, {fix_name} would make the step about "
+            f"{-expected:,.0f} µs slower ({after:,.0f} µs); it pays with compile or graphs, which take the host's "
+            "time out of the step."
+        )
+    return max(expected, 0.0), text
+
+
+def layout_conversions_timed(
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
+) -> tuple[float, str | None]:
+    """GA203's GPU saving capped by the step's host time (:func:`host_capped_saving`), with the host time
+    channels_last adds: ``channels_last_host_us_per_step`` (convolution calls x the rule's
+    ``channels_last_host_us_per_convolution``)."""
+    evidence = finding.get("evidence") or {}
+    extra = float(evidence.get("channels_last_host_us_per_step") or 0.0)
+    calls = evidence.get("forward_convolution_calls_per_step") or 0
+    return host_capped_saving(
+        finding, timed_us, timed or {}, "channels_last", extra, f"the NHWC paths of {calls:.0f} convolutions"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -308,6 +413,52 @@ _SIXTEEN_BIT_NAME = r"(?i)bf16|f16|fp16|h884|h1688|hgemm|s16816|hsh|e4m3|e5m2|i8
 # fp32 operands by kernel name (TF32 tensor-core and fp32 SIMT kernels of cuBLAS, CUTLASS and cuDNN).
 _FP32_NAME = r"(?i)tf32|sgemm|f32f32|s1688|ffma|implicit_convolve_sgemm"
 _CONV_NAME = r"(?i)fprop|dgrad|wgrad|conv"
+
+
+# The operators that run a forward convolution or matmul (one per call: conv2d -> ... -> cudnn_convolution,
+# linear -> addmm or matmul -> mm); the calls on the thread of the forward pass (the one that runs aten::conv*d
+# and aten::linear, which autograd's backward thread never does) are the forward ones.
+_FORWARD_COMPUTE_OPS = {
+    "aten::cudnn_convolution",
+    "aten::miopen_convolution",
+    "aten::convolution_overrideable",
+    "aten::mkldnn_convolution",
+    "aten::addmm",
+    "aten::mm",
+    "aten::bmm",
+    "aten::baddbmm",
+}
+_CONVOLUTION_OPS = {
+    "aten::cudnn_convolution",
+    "aten::miopen_convolution",
+    "aten::convolution_overrideable",
+    "aten::mkldnn_convolution",
+}
+_FORWARD_ONLY_OPS = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear", "aten::matmul"}
+_BACKWARD_OP = r"(?i)backward|autograd::engine"
+
+
+def forward_fp32_compute_calls(a: Analysis, names: set[str] | None = None) -> tuple[float, bool]:
+    """(forward calls per step of ``names`` (default: the conv/matmul operators) on float32 inputs, whether the
+    steps run a backward pass)."""
+    wanted = _FORWARD_COMPUTE_OPS if names is None else names
+    ops = a.trace.cpu_ops
+    if not len(ops) or not a.n_steps:
+        return 0.0, False
+    inside = assign_steps(ops["ts_us"].to_numpy(float), step_windows(a.trace)) >= 0
+    names = ops["name"]
+    training = bool((match_names(names, _BACKWARD_OP) & inside).any())
+    forward_only = ops[names.isin(_FORWARD_ONLY_OPS).to_numpy() & inside]
+    if not len(forward_only):
+        return 0.0, training
+    forward_tid = forward_only["tid"].mode().iloc[0]
+    rows = np.flatnonzero(names.isin(wanted).to_numpy() & inside & (ops["tid"] == forward_tid).to_numpy())
+    fp32 = 0
+    for _, types in operator_inputs(ops, rows).values():
+        kinds = {str(t) for t in types or []}
+        if kinds & _FP32 and not kinds & _SIXTEEN_BIT:
+            fp32 += 1
+    return fp32 / a.n_steps, training
 
 
 def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
@@ -347,6 +498,10 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
     factor = np.select([bound == "compute", bound == "memory"], [compute_factor, memory_factor], default=0.0)
     saving = float((as_tf32 * factor).sum()) / a.n_steps
     per_step = dur.sum() / a.n_steps
+    # Autocast casts each float32 weight to bf16 once per call (and, training, its gradient back in the
+    # backward pass): host work an eager step adds (fp32_compute_timed).
+    calls, training = forward_fp32_compute_calls(a)
+    casts = calls * (2 if training else 1)
     # cuDNN's implicit-GEMM convolutions carry "gemm" in their names: the pass names them.
     convs = (sel["family"] == "convolution").to_numpy() | match_names(sel["name"], _CONV_NAME)
     by_name = sel.groupby("name")["dur_us"].sum().sort_values(ascending=False)
@@ -373,11 +528,28 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
         "memory_bound_us_per_step": _r(dur[bound == "memory"].sum() / a.n_steps),
         "simt_us_per_step_left_to_ga301": _r(dur[simt].sum() / a.n_steps),
         "top_kernels": [short_kernel_name(n) for n in by_name.index[:3]],
+        "gpu_saving_us": _r(saving),
+        "forward_fp32_compute_calls_per_step": _r(calls),
+        "autocast_casts_per_step": _r(casts),
+        "autocast_host_us_per_step": _r(casts * rule.threshold("autocast_host_us_per_cast")),
         "basis": f"compute-bound kernels x (1 - tf32/bf16 peak = {compute_factor:.2f}), memory-bound x "
         f"{memory_factor:.2f} (bytes halve), latency- and launch-bound x 0; fp32 SIMT GEMMs (GA301) counted at "
         "their TF32 time (x fp32/tf32 peak) so the two findings add up",
     }
     return make_finding(rule, a, message, evidence, saving)
+
+
+def fp32_compute_timed(
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
+) -> tuple[float, str | None]:
+    """GA302's GPU saving capped by the step's host time (:func:`host_capped_saving`), with the host time
+    autocast's casts add: ``autocast_casts_per_step`` x the rule's ``autocast_host_us_per_cast``."""
+    evidence = finding.get("evidence") or {}
+    extra = float(evidence.get("autocast_host_us_per_step") or 0.0)
+    casts = evidence.get("autocast_casts_per_step") or 0
+    return host_capped_saving(
+        finding, timed_us, timed or {}, "bf16 autocast", extra, f"autocast's {casts:.0f} casts per step"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------

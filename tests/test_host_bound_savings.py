@@ -1,0 +1,113 @@
+"""GA203 and GA302 on a timed step: a kernel saving is capped by the host's time per step (an eager step cannot go
+under it), autocast's casts add host time, and beside compile or graphs the GPU's saving counts in full.
+
+The figures are the H200's (benchmarks/results/host_bound_check.json): a timm ResNet-50 training step took
+32.0 ms with 28.6 ms of host time and 32.0 ms of GPU time; channels_last took 9 ms of GPU time off and the step
+went to 28.8 ms."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuadvisor.fixes.coverage import combined_saving
+from gpuadvisor.rules.detectors_model import MAX_PROBED_LAUNCHES, fp32_compute_timed, layout_conversions_timed
+from gpuadvisor.rules.engine import load_rules, retime_saving
+
+RULES = {rule.id: rule for rule in load_rules()}
+
+
+def layout_finding(gpu_saving: float = 7_664.0) -> dict:
+    return {
+        "rule_id": "GA203",
+        "fix_id": "channels_last",
+        "saving_from": "kernels",
+        "message": "conversions.",
+        "estimated_saving_us_per_step": gpu_saving,
+        "evidence": {"gpu_saving_us": gpu_saving},
+    }
+
+
+def precision_finding(gpu_saving: float = 3_600.0, casts: float = 108.0) -> dict:
+    per_cast = RULES["GA302"].threshold("autocast_host_us_per_cast")
+    return {
+        "rule_id": "GA302",
+        "fix_id": "bf16",
+        "saving_from": "kernels",
+        "message": "fp32.",
+        "estimated_saving_us_per_step": gpu_saving,
+        "evidence": {
+            "gpu_saving_us": gpu_saving,
+            "autocast_casts_per_step": casts,
+            "autocast_host_us_per_step": casts * per_cast,
+        },
+    }
+
+
+def timed(host: float | None = 28_600.0, launches: float = 737.0, syncs: float = 0.0) -> dict:
+    return {"host_enqueue_us": host, "launch_calls_per_step": launches, "host_syncs_per_step": syncs}
+
+
+def test_a_host_bound_step_saves_only_down_to_the_host_time():
+    finding = layout_finding()
+    saving = retime_saving(finding, RULES["GA203"], 32_000.0, 56_000.0, timed())
+    assert saving == pytest.approx(32_000.0 - 28_600.0)
+    evidence = finding["evidence"]
+    assert evidence["expected_alone_us"] == pytest.approx(3_400.0)
+    assert evidence["host_enqueue_us"] == 28_600.0
+    assert evidence["gpu_saving_us"] == 7_664.0  # kept for stacks with compile or graphs
+    assert "28,600 µs" in finding["message"] and "compile or graphs" in finding["message"]
+
+
+def test_a_gpu_bound_step_keeps_the_whole_kernel_saving():
+    finding = layout_finding(2_000.0)
+    saving, text = layout_conversions_timed(finding, RULES["GA203"], 32_000.0, None, timed(host=20_000.0))
+    assert saving == 2_000.0 and text is None
+    assert finding["evidence"]["expected_alone_us"] == pytest.approx(2_000.0)
+
+
+def test_autocast_casts_can_make_a_host_bound_step_slower_and_the_saving_stays_at_zero():
+    per_cast = RULES["GA302"].threshold("autocast_host_us_per_cast")
+    finding = precision_finding(gpu_saving=3_600.0, casts=108.0)
+    host = 31_500.0
+    saving, text = fp32_compute_timed(finding, RULES["GA302"], 32_000.0, None, timed(host=host))
+    expected = 32_000.0 - max(host + 108.0 * per_cast, 32_000.0 - 3_600.0)
+    assert expected < 0
+    assert finding["evidence"]["expected_alone_us"] == pytest.approx(expected, abs=0.1)
+    assert saving == 0.0
+    assert "slower" in text and "108 casts" in text
+
+
+@pytest.mark.parametrize(
+    "summary, why",
+    [
+        (timed(host=None), "not measured"),
+        (timed(syncs=2), "synchronizes"),
+        (timed(launches=MAX_PROBED_LAUNCHES + 1), "launch queue"),
+    ],
+)
+def test_where_the_host_time_is_unknown_or_not_separable_the_gpu_saving_stands(summary, why):
+    finding = layout_finding()
+    saving, text = layout_conversions_timed(finding, RULES["GA203"], 32_000.0, None, summary)
+    assert saving == 7_664.0 and text is None
+    assert why in finding["evidence"]["host_bound_basis"]
+    assert "expected_alone_us" not in finding["evidence"]
+
+
+def test_beside_compile_or_graphs_the_capped_saving_counts_in_full():
+    finding = layout_finding()
+    retime_saving(finding, RULES["GA203"], 32_000.0, None, timed())
+    finding["estimated_saving_us_per_step"] = round(finding["evidence"]["expected_alone_us"], 1)
+    alone = combined_saving([finding], {"channels_last"}, 32_000.0)
+    with_compile = combined_saving([finding], {"channels_last", "compile"}, 32_000.0)
+    with_graphs = combined_saving([finding], {"channels_last", "graphs"}, 32_000.0)
+    assert alone == pytest.approx(3_400.0)
+    assert with_compile == pytest.approx(7_664.0) and with_graphs == pytest.approx(7_664.0)
+
+
+def test_a_retimed_finding_retimes_the_same_way_twice():
+    """apply analyses the before side again for its report: the cap reads the GPU saving, not its own output."""
+    finding = layout_finding()
+    first = retime_saving(finding, RULES["GA203"], 32_000.0, None, timed())
+    finding["estimated_saving_us_per_step"] = first
+    second = retime_saving(finding, RULES["GA203"], 32_000.0, None, timed())
+    assert first == second
