@@ -53,20 +53,29 @@ SIZES = FULL if SIZE == "full" else SMALL
 TOKENS_PER_STEP = SIZES["batch"] * SIZES["seq_len"]
 
 
-def build():
+def build(vocab_multiple: int = 1):
     torch.manual_seed(0)
     # On the config: transformers 5.17 and 5.24 both take it there (GPT2LMHeadModel(config, ...) does not).
-    config = GPT2Config(**SIZES["config"], attn_implementation="eager")
+    sizes = dict(SIZES["config"])
+    sizes["vocab_size"] = -(-sizes["vocab_size"] // vocab_multiple) * vocab_multiple
+    config = GPT2Config(**sizes, attn_implementation="eager")
     with torch.device(DEVICE):
         model = GPT2LMHeadModel(config)
     model = model.to(DTYPE).eval()
     if model.config._attn_implementation != "eager":
         raise RuntimeError(f"expected the eager attention path, got {model.config._attn_implementation!r}")
 
-    input_ids = torch.randint(0, config.vocab_size, (SIZES["batch"], SIZES["seq_len"]), device=DEVICE)
+    vocab = SIZES["config"]["vocab_size"]  # the ids of the unpadded vocabulary, whatever the padding
+    input_ids = torch.randint(0, vocab, (SIZES["batch"], SIZES["seq_len"]), device=DEVICE)
     # The largest id in the vocabulary: inputs drawn at random in [0, max + 1) then cover all of it.
-    input_ids[0, -1] = config.vocab_size - 1
+    input_ids[0, -1] = vocab - 1
     return model, (input_ids,)
+
+
+def build_padded_vocab():
+    """The same model with its vocabulary padded to a multiple of 64 (50257 -> 50304), the manual fix GA303
+    names: the LM head's GEMM is aligned; the 47 extra logits are never a target (the ids stay below 50257)."""
+    return build(vocab_multiple=64)
 
 
 def step(model, inputs):
