@@ -195,20 +195,21 @@ def main() -> int:
         except Exception as error:
             entry = {"name": path.stem, "error": f"{type(error).__name__}: {error}"[:500]}
             traceback.print_exc()
-        print(json.dumps(entry, indent=1)[:4000], flush=True)
+        print(json.dumps(entry, indent=1)[:600], flush=True)
         results[path.stem] = entry
         torch.cuda.empty_cache()
-    document = {
-        "gpu": torch.cuda.get_device_name(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python3 " + " ".join(sys.argv),
-        "torch": torch.__version__,
-        "models": sorted(results.values(), key=lambda m: m["name"]),
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_suffix(".tmp")
-    temporary.write_text(json.dumps(document, indent=1) + "\n")
-    os.replace(temporary, out)
+        # Written after every model, so a run cut short keeps the models it measured.
+        document = {
+            "gpu": torch.cuda.get_device_name(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python3 " + " ".join(sys.argv),
+            "torch": torch.__version__,
+            "models": sorted(results.values(), key=lambda m: m["name"]),
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        temporary = out.with_suffix(".tmp")
+        temporary.write_text(json.dumps(document, indent=1) + "\n")
+        os.replace(temporary, out)
     return 0
 
 
