@@ -151,7 +151,8 @@ def every_report() -> dict[str, dict]:
 
 
 def test_no_kernel_row_shows_more_than_100_pct_of_roof(every_report):
-    assert len(every_report) >= 20
+    # The committed traces always; the public ones where ../shared/traces/public is there (not in every clone).
+    assert len(every_report) >= (20 if PUBLIC.is_dir() else 11)
     inconsistent = 0
     for name, report in every_report.items():
         for k in report["kernels"]:
