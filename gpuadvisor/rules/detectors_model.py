@@ -296,7 +296,7 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     gpu_saving = per_step + bn_saving
     # channels_last's own host cost: cuDNN's NHWC paths cost the host more per convolution call (forward and
     # backward, BatchNorm included) than the NCHW ones (layout_conversions_timed).
-    conv_calls, _ = forward_fp32_compute_calls(a, _CONVOLUTION_OPS)
+    conv_calls, _ = forward_fp32_compute_calls(a, _CONVOLUTION_OPS, fp32_only=False)
     message = (
         f"{len(conv) / a.n_steps:.0f} NCHW↔NHWC layout conversion kernels per step ({to_nhwc / a.n_steps:.0f} to "
         f"NHWC, {(len(conv) - to_nhwc) / a.n_steps:.0f} back) take {per_step:,.0f} µs/step ({share:.1f}% of the "
@@ -438,9 +438,11 @@ _FORWARD_ONLY_OPS = {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::line
 _BACKWARD_OP = r"(?i)backward|autograd::engine"
 
 
-def forward_fp32_compute_calls(a: Analysis, names: set[str] | None = None) -> tuple[float, bool]:
-    """(forward calls per step of ``names`` (default: the conv/matmul operators) on float32 inputs, whether the
-    steps run a backward pass)."""
+def forward_fp32_compute_calls(
+    a: Analysis, names: set[str] | None = None, fp32_only: bool = True
+) -> tuple[float, bool]:
+    """(forward calls per step of ``names`` (default: the conv/matmul operators) on float32 inputs, or on any
+    inputs with ``fp32_only=False``; whether the steps run a backward pass)."""
     wanted = _FORWARD_COMPUTE_OPS if names is None else names
     ops = a.trace.cpu_ops
     if not len(ops) or not a.n_steps:
@@ -456,7 +458,7 @@ def forward_fp32_compute_calls(a: Analysis, names: set[str] | None = None) -> tu
     fp32 = 0
     for _, types in operator_inputs(ops, rows).values():
         kinds = {str(t) for t in types or []}
-        if kinds & _FP32 and not kinds & _SIXTEEN_BIT:
+        if not fp32_only or (kinds & _FP32 and not kinds & _SIXTEEN_BIT):
             fp32 += 1
     return fp32 / a.n_steps, training
 
