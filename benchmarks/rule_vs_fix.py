@@ -14,6 +14,11 @@ A manual lever (``MANUAL``: ``pad_vocab``, the padded vocabulary GA303 advises) 
 ``gpuadvisor profile MODEL`` for the estimate, then times the model's ``build`` and the lever's build function
 interleaved in one child process (CUDA events, ``--rounds`` rounds of ``--steps`` steps each, after warm-up).
 
+A pair may name a batch, ``MODEL:RULE:FIX:batch=N``: the workload runs at batch N (GPUADVISOR_REAL_BATCH; the
+conv-net training steps have one). A ResNet-50 training step at batch 64 takes as long to enqueue on the H200's
+host as to run on its GPU, so a GPU saving shows only in part and its measured size moves with the host's
+speed (two runs of channels_last alone: +367 and +2,840 µs); at a larger batch the GPU bounds the step.
+
 Usage (GPU): ``python3 benchmarks/rule_vs_fix.py --out benchmarks/results/rule_vs_fix.json [--pairs ...]``
 """
 
@@ -45,12 +50,31 @@ MANUAL = {"pad_vocab": "build_padded_vocab"}
 BOUND = 0.30
 
 
-def _pair_key(model: str, rule: str, fix: str) -> str:
-    return f"{model}:{rule}:{fix}"
+def _pair_key(model: str, rule: str, fix: str, batch: int | None = None) -> str:
+    return f"{model}:{rule}:{fix}" + (f":batch={batch}" if batch else "")
 
 
-def run_pair(model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps: int, timeout_s: float) -> dict:
-    folder = out_dir / f"{model}.{fix}"
+def parse_pair(text: str) -> tuple[str, str, str, int | None]:
+    """``MODEL:RULE:FIX`` or ``MODEL:RULE:FIX:batch=N`` (the workload at batch N: GPUADVISOR_REAL_BATCH)."""
+    parts = text.split(":")
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2], None
+    if len(parts) == 4 and parts[3].startswith("batch=") and parts[3][6:].isdigit():
+        return parts[0], parts[1], parts[2], int(parts[3][6:])
+    raise SystemExit(f"error: a pair is MODEL:RULE:FIX or MODEL:RULE:FIX:batch=N, got {text!r}")
+
+
+def _child_env(batch: int | None) -> dict:
+    env = dict(os.environ)
+    if batch:
+        env["GPUADVISOR_REAL_BATCH"] = str(batch)
+    return env
+
+
+def run_pair(
+    model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps: int, timeout_s: float, batch: int | None = None
+) -> dict:
+    folder = out_dir / f"{model}.{fix}" if not batch else out_dir / f"{model}.b{batch}.{fix}"
     command = [
         sys.executable,
         "-m",
@@ -70,7 +94,9 @@ def run_pair(model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps:
     ]
     started = time.monotonic()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=_child_env(batch)
+        )
         rc, err = done.returncode, done.stderr[-1500:]
     except subprocess.TimeoutExpired:
         rc, err = 124, "timed out"
@@ -78,7 +104,9 @@ def run_pair(model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps:
         "model": model,
         "rule": rule,
         "fix": fix,
-        "command": f"python3 -m gpuadvisor apply examples/real/{model}.py --fix {fix} --rounds {rounds} "
+        "batch": batch,
+        "command": (f"GPUADVISOR_REAL_BATCH={batch} " if batch else "")
+        + f"python3 -m gpuadvisor apply examples/real/{model}.py --fix {fix} --rounds {rounds} "
         f"--steps {steps} --out {folder.name}",
         "rc": rc,
         "seconds": round(time.monotonic() - started, 1),
@@ -146,7 +174,8 @@ def time_builds(model: str, entries: list[str], rounds: int, steps: int) -> dict
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from gpuadvisor.capture.timing import time_steps
+    from real_models import time_group  # the suite benchmark's interleaved timing (this file's folder)
+
     from gpuadvisor.workload import load_workload
 
     path = str(ROOT / "examples" / "real" / f"{model}.py")
@@ -157,11 +186,10 @@ def time_builds(model: str, entries: list[str], rounds: int, steps: int) -> dict
             workload.step_fn()
     if cuda:
         torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {entry: [] for entry in entries}
-    for r in range(rounds):
-        order = entries if r % 2 == 0 else entries[::-1]
-        for entry in order:
-            samples[entry] += time_steps(lambda i, w=workloads[entry]: w.step_fn(), steps, cuda=cuda).samples_us
+    errors: dict[str, str] = {}
+    samples = time_group({entry: w.step_fn for entry, w in workloads.items()}, steps, rounds, cuda, errors)
+    if errors:
+        raise RuntimeError(f"a build failed while timed: {errors}")
     return samples
 
 
@@ -238,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--apply-dir", type=Path, default=Path("/tmp/rule_vs_fix"))
-    parser.add_argument("--pairs", default=None, help="comma-separated model:rule:fix (default: all)")
+    parser.add_argument(
+        "--pairs", default=None, help="comma-separated model:rule:fix or model:rule:fix:batch=N (default: all)"
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--timeout-s", type=float, default=240)
@@ -250,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = time_builds(model, entries.split(","), args.rounds, args.steps)
         args.out.write_text(json.dumps(samples) + "\n")
         return 0
-    pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else list(PAIRS)
+    pairs = [parse_pair(p) for p in args.pairs.split(",")] if args.pairs else [(*p, None) for p in PAIRS]
     import torch
 
     result = {
@@ -263,13 +293,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.base and args.base.is_file():
         result["pairs"] = json.loads(args.base.read_text()).get("pairs", [])
-    for model, rule, fix in pairs:
-        run = run_manual_pair if fix in MANUAL else run_pair
+    for model, rule, fix, batch in pairs:
         args.apply_dir.mkdir(parents=True, exist_ok=True)
-        entry = run(model, rule, fix, args.apply_dir, args.rounds, args.steps, args.timeout_s)
+        if fix in MANUAL:
+            if batch:
+                raise SystemExit(f"error: {fix} is a manual lever, timed at the model's own batch only")
+            entry = run_manual_pair(model, rule, fix, args.apply_dir, args.rounds, args.steps, args.timeout_s)
+        else:
+            entry = run_pair(model, rule, fix, args.apply_dir, args.rounds, args.steps, args.timeout_s, batch)
         entry["date"] = result["date"]
+        key = _pair_key(model, rule, fix, batch)
         result["pairs"] = [
-            p for p in result["pairs"] if _pair_key(p["model"], p["rule"], p["fix"]) != _pair_key(model, rule, fix)
+            p for p in result["pairs"] if _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) != key
         ]
         result["pairs"].append(entry)
         print(
@@ -278,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                     k: entry.get(k)
                     for k in (
                         "model",
+                        "batch",
                         "rule",
                         "fix",
                         "rc",

@@ -111,3 +111,21 @@ def test_a_retimed_finding_retimes_the_same_way_twice():
     finding["estimated_saving_us_per_step"] = first
     second = retime_saving(finding, RULES["GA203"], 32_000.0, None, timed())
     assert first == second
+
+
+def test_the_rescale_note_names_the_host_cap_only_where_a_finding_was_capped():
+    from gpuadvisor.report.profiled import rescale_savings
+
+    def report(*findings: dict) -> dict:
+        summary = {"step_time_us": 32_000.0, "trace_step_time_us": 56_000.0, **timed()}
+        return {"summary": summary, "findings": list(findings), "notes": []}
+
+    capped = report(layout_finding(), precision_finding())
+    rescale_savings(capped, RULES.values())
+    note = capped["notes"][-1]
+    assert "GA203 and GA302's kernel saving capped by the host's 28,600 µs" in note, note
+
+    gpu_only = {**layout_finding(), "rule_id": "GA201", "fix_id": "fusion"}
+    plain = report(gpu_only)
+    rescale_savings(plain, RULES.values())
+    assert "capped" not in plain["notes"][-1]

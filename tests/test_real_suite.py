@@ -129,3 +129,24 @@ def test_an_unknown_size_is_refused(monkeypatch):
     monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "medium")
     with pytest.raises(UserCodeError, match="GPUADVISOR_REAL_SIZE must be 'small' or 'full', got 'medium'"):
         load_workload(str(path))
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "big", "6.5"])
+def test_a_batch_that_is_not_a_positive_integer_is_refused(monkeypatch, value):
+    path = REAL / "hf_resnet_train.py"
+    require_libraries(path)
+    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
+    monkeypatch.setenv("GPUADVISOR_REAL_BATCH", value)
+    with pytest.raises(UserCodeError, match=f"GPUADVISOR_REAL_BATCH must be a positive integer, got '{value}'"):
+        load_workload(str(path))
+
+
+def test_the_batch_switch_sets_the_batch_of_the_conv_net_steps(monkeypatch):
+    path = REAL / "hf_resnet_train.py"
+    require_libraries(path)
+    monkeypatch.setenv("GPUADVISOR_REAL_SIZE", "small")
+    monkeypatch.setenv("GPUADVISOR_REAL_BATCH", "3")
+    images, labels = load_workload(str(path)).inputs
+    assert images.shape[0] == 3 and labels.shape == (3,)
+    monkeypatch.delenv("GPUADVISOR_REAL_BATCH")
+    assert load_workload(str(path)).inputs[0].shape[0] == 2

@@ -53,6 +53,18 @@ def real_size() -> str:
     return "full" if torch.cuda.is_available() else "small"
 
 
+def real_batch(default: int) -> int:
+    """The batch a workload with one runs at: ``default``, or the environment variable GPUADVISOR_REAL_BATCH (a
+    positive integer), e.g. to take a conv-net training step from host-bound (batch 64 on the H200) to
+    GPU-bound."""
+    text = os.environ.get("GPUADVISOR_REAL_BATCH", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"GPUADVISOR_REAL_BATCH must be a positive integer, got {text!r}")
+    return int(text)
+
+
 @functools.cache
 def cache_argument(model_class: type) -> str:
     """The keyword a causal LM's forward takes its cache object by: transformers 5.24 renamed

@@ -20,6 +20,8 @@ the step (or torch.compile).
 GPUADVISOR_REAL_SIZE=small (the default without CUDA) picks a tiny configuration: the same ``resnet50``
 entry point with one bottleneck block per stage, stage widths 8, 16, 32 and 64, a stem of 8 channels and
 10 classes, on a batch of 2 images of 32 x 32 pixels.
+GPUADVISOR_REAL_BATCH=N sets the batch (either size): at 64 the H200's eager step is bound by the host as
+much as by the GPU; at 192 or more its GPU time dominates.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 
 import timm
 import torch
-from _real import real_size
+from _real import real_batch, real_size
 from torch import nn
 
 KIND = "train"
@@ -45,7 +47,8 @@ SMALL = dict(
     batch=2,
     image=32,
 )
-SIZES = FULL if SIZE == "full" else SMALL
+SIZES = {**(FULL if SIZE == "full" else SMALL)}
+SIZES["batch"] = real_batch(SIZES["batch"])
 
 
 @dataclass

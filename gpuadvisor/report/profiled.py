@@ -198,7 +198,9 @@ def rescale_savings(report: dict, rules) -> None:
     Each rule's detector owns how its saving re-derives (:func:`gpuadvisor.rules.engine.retime_saving`):
     savings in kernel or copy time stay as they are (the profiler does not change a kernel's duration);
     the idle time after host syncs scales by timed / profiled step; the launch-bound saving is recomputed as
-    timed step - (GPU busy + kernels x the per-kernel cost left inside a CUDA graph). All are clipped to
+    timed step - (GPU busy + kernels x the per-kernel cost left inside a CUDA graph); the kernel savings of
+    channels_last (GA203) and bf16 autocast (GA302) are capped by the host's time to enqueue the step plus
+    what the fix adds to it (:func:`gpuadvisor.rules.detectors_model.host_capped_saving`). All are clipped to
     0 ... timed step, the findings re-ranked and the combined estimate recomputed.
     """
     summary = report["summary"]
@@ -214,6 +216,7 @@ def rescale_savings(report: dict, rules) -> None:
         saving = retime_saving(finding, by_id.get(finding["rule_id"]), float(timed), profiled, summary)
         finding["estimated_saving_us_per_step"] = round(saving, 1)
         finding["estimated_saving_pct"] = round(100.0 * saving / timed, 1)
+    capped = [f["rule_id"] for f in findings if "expected_alone_us" in (f.get("evidence") or {})]
     findings.sort(key=rank_key)
     summary["top_finding"] = findings[0]["rule_id"]
     summary.update(combined_estimate(findings, summary))
@@ -221,6 +224,12 @@ def rescale_savings(report: dict, rules) -> None:
         f"savings were rescaled to the timed step ({timed:,.0f} µs): kernel and copy time as measured, idle time "
         f"after host syncs scaled by timed / profiled step ({profiled or 0:,.0f} µs), the launch-bound saving "
         "recomputed as timed step - (GPU busy + kernels x per-kernel graph cost)"
+        + (
+            f", {' and '.join(capped)}'s kernel saving capped by the host's {summary['host_enqueue_us']:,.0f} µs "
+            "to enqueue the step (plus what the fix adds to it)"
+            if capped
+            else ""
+        )
     )
 
 
