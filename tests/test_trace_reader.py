@@ -178,8 +178,58 @@ def test_metadata_and_device(trace):
 def test_steps_without_profiler_step_annotations(tmp_path):
     events = [e for e in synthetic_events() if not str(e.get("name", "")).startswith("ProfilerStep#")]
     trace = load_trace(write_json(tmp_path / "t.json", trace_doc(events)))
-    assert trace.steps.empty and list(trace.steps.columns) == ["rank", "step", "ts_us", "dur_us", "end_us"]
+    assert trace.steps.empty and list(trace.steps.columns) == ["rank", "step", "ts_us", "dur_us", "end_us", "cut_us"]
     assert len(trace.kernels) == 4
+
+
+def _profiler_span(t0: float, t1: float) -> dict:
+    """The profiler's own span of its recording, as torch.profiler writes it."""
+    return {
+        "ph": "X",
+        "cat": "Trace",
+        "name": "PyTorch Profiler (0)",
+        "pid": "Spans",
+        "tid": "PyTorch Profiler",
+        "ts": t0,
+        "dur": t1 - t0,
+        "args": {"Op count": 0},
+    }
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["fast", "checked"])
+def test_a_step_that_ends_after_the_recording_is_cut_at_its_end(tmp_path, monkeypatch, checked):
+    """The second step's annotation runs 13 s past everything recorded (a public trace of a compiled step did):
+    it ends where the recording does, the latest end of the profiler's span and of every other event."""
+    events = synthetic_events()
+    for event in events:
+        if event.get("name") == "ProfilerStep#4" and event["cat"] == "user_annotation":
+            event["dur"] = 13e6
+    events.append(_profiler_span(90.0, 460.0))
+    if checked:
+        monkeypatch.setattr(columns, "load_columns", lambda *args: None)
+    steps = load_trace(write_json(tmp_path / "t.json", trace_doc(events))).steps
+    assert steps["step"].tolist() == [3, 4]
+    assert steps["end_us"].tolist() == [250.0, 460.0]
+    assert steps["dur_us"].tolist() == [150.0, 160.0]
+    assert steps["cut_us"].tolist() == [0.0, 13e6 - 160.0]
+
+
+def test_without_the_profilers_span_no_step_is_cut(tmp_path):
+    """Traces written by other tools may lack the span: the window's end is unknown, the steps stay."""
+    events = synthetic_events()
+    for event in events:
+        if event.get("name") == "ProfilerStep#4" and event["cat"] == "user_annotation":
+            event["dur"] = 13e6
+    steps = load_trace(write_json(tmp_path / "t.json", trace_doc(events))).steps
+    assert steps["dur_us"].tolist() == [150.0, 13e6] and steps["cut_us"].tolist() == [0.0, 0.0]
+
+
+def test_a_step_inside_the_recording_keeps_its_own_end(tmp_path):
+    """The profiler's span ends after the last step (on every H200 trace under sample_traces/, by 0.2 ms to 0.3 s),
+    whose tail holds no other event: nothing is cut."""
+    events = synthetic_events() + [_profiler_span(90.0, 480.0)]
+    steps = load_trace(write_json(tmp_path / "t.json", trace_doc(events))).steps
+    assert steps["end_us"].tolist() == [250.0, 450.0] and steps["cut_us"].tolist() == [0.0, 0.0]
 
 
 def test_bare_event_array_is_a_trace(tmp_path, trace):

@@ -64,6 +64,14 @@ def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
     synthetic = bool(len(windows) and windows["synthetic"].iloc[0])
     if synthetic:
         notes.append("the trace has no ProfilerStep annotations: the whole trace is treated as one step")
+    cut = trace.steps[trace.steps["cut_us"] > 0] if "cut_us" in trace.steps else trace.steps.iloc[0:0]
+    if len(cut):
+        first = cut.iloc[0]
+        notes.append(
+            f"{len(cut)} ProfilerStep annotation(s) end after the last event the profiler recorded "
+            f"(ProfilerStep#{int(first['step'])} by {float(first['cut_us']):,.0f} µs): each step is cut at the end "
+            "of the recording, since what came after it was not recorded"
+        )
     if not peaks.known:
         notes.append(f"no peak figures for '{peaks.gpu}': kernels are classified without % of roof (use --peaks FILE)")
     acts = gpu_activities(trace)

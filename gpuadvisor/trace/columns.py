@@ -76,6 +76,7 @@ TABLE_CATEGORIES = {
     "annotations": kineto._ANNOTATION_CATS,
     "syncs": ("cuda_sync",),
     "python_frames": ("python_function",),
+    "windows": kineto._WINDOW_CATS,
 }
 # Args fields read per table: (column, Args attribute).
 _ARG_COLUMNS = {
@@ -99,6 +100,7 @@ _ARG_COLUMNS = {
     "annotations": (("external_id", "external_id"),),
     "syncs": (("stream", "stream"), ("correlation", "correlation")),
     "python_frames": (),
+    "windows": (),
 }
 _WITH_TID = ("runtime", "cpu_ops", "python_frames")
 # Per table: the name of a bool column that is True for rows of its second category.
@@ -429,6 +431,8 @@ def _table(table: str, cols: dict[str, np.ndarray], rank: int, values: dict[str,
         return pd.DataFrame({**timed, "on_gpu": cols["on_gpu"], "external_id": cols["external_id"]})
     if table == "syncs":
         return pd.DataFrame({**timed, "stream": cols["stream"], "correlation": cols["correlation"]})
+    if table == "windows":
+        return pd.DataFrame(timed)
     return pd.DataFrame({**timed, "tid": obj("tid")})
 
 
@@ -484,7 +488,8 @@ def load_columns(data: bytearray | mmap.mmap, path, index: int):
         "raws": _object_array([msgspec.Raw(b) for b in pools.raws.values]),
     }
     tables = {table: _table(table, cols[table], rank, values) for table in TABLE_CATEGORIES}
-    tables["steps"] = kineto._steps(tables["annotations"], rank)
+    tables["steps"] = kineto._steps(tables, rank)
+    del tables["windows"]
     return doc, rank, tables, n_events, other
 
 

@@ -379,10 +379,19 @@ _KERNEL_CATS = ("kernel",)
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 _MEMCPY_CATS = ("gpu_memcpy", "gpu_memset")
 _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
+# The profiler's own span of its recording ("PyTorch Profiler (0)"): where the recorded window ends.
+_WINDOW_CATS = ("Trace",)
 _OTHER_DEVICE_PREFIXES = ("mtia", "xpu", "hpu")
 
 
-_USED_CATS = _KERNEL_CATS + _RUNTIME_CATS + _MEMCPY_CATS + _ANNOTATION_CATS + ("cpu_op", "cuda_sync", "python_function")
+_USED_CATS = (
+    _KERNEL_CATS
+    + _RUNTIME_CATS
+    + _MEMCPY_CATS
+    + _ANNOTATION_CATS
+    + _WINDOW_CATS
+    + ("cpu_op", "cuda_sync", "python_function")
+)
 
 
 def _bucket_events(events: list) -> dict[str, list]:
@@ -594,6 +603,8 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
         }
     )
 
+    windows = pd.DataFrame(_timed(_gather(buckets, _WINDOW_CATS), rank))
+
     other = sum(len(v) for k, v in buckets.items() if k.startswith(_OTHER_DEVICE_PREFIXES))
     tables = {
         "kernels": kernels,
@@ -603,12 +614,18 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
         "annotations": annotations,
         "syncs": syncs,
         "python_frames": frames,
+        "windows": windows,
     }
     return tables, other
 
 
-def _steps(annotations: pd.DataFrame, rank: int) -> pd.DataFrame:
-    """ProfilerStep#N host annotations as steps (one row per N, in time order)."""
+def _steps(tables: dict[str, pd.DataFrame], rank: int) -> pd.DataFrame:
+    """ProfilerStep#N host annotations as steps (one row per N, in time order), each cut at the end of the
+    recorded window (:func:`recorded_end`): ``cut_us`` says by how much (0: the step ended inside it). Seen on a
+    public trace of a compiled step: its one ProfilerStep lasts 13.3 s while everything the profiler recorded,
+    its own span included, ends 1.7 ms after the step starts; what came after the recording is not the step's
+    idle time."""
+    annotations = tables["annotations"]
     host = annotations[~annotations["on_gpu"]]
     step_rows = []
     for name, t0, d in zip(host["name"], host["ts_us"], host["dur_us"]):
@@ -616,7 +633,39 @@ def _steps(annotations: pd.DataFrame, rank: int) -> pd.DataFrame:
         if match:
             step_rows.append((rank, int(match.group(1)), t0, d, t0 + d))
     steps = pd.DataFrame(step_rows, columns=["rank", "step", "ts_us", "dur_us", "end_us"])
-    return steps.sort_values("ts_us", kind="stable").drop_duplicates("step").reset_index(drop=True)
+    steps = steps.sort_values("ts_us", kind="stable").drop_duplicates("step").reset_index(drop=True)
+    steps["cut_us"] = 0.0
+    end = recorded_end(tables)
+    if end is None or not len(steps):
+        return steps
+    steps = steps[~(steps["ts_us"].to_numpy(float) >= end)].reset_index(drop=True)
+    over = steps["end_us"].to_numpy(float) > end
+    if over.any():
+        steps.loc[over, "cut_us"] = steps.loc[over, "end_us"] - end
+        steps.loc[over, "end_us"] = end
+        steps.loc[over, "dur_us"] = end - steps.loc[over, "ts_us"]
+    return steps
+
+
+def recorded_end(tables: dict[str, pd.DataFrame]) -> float | None:
+    """The end of what a trace file recorded: the latest end of the profiler's own span and of every event
+    other than the ProfilerStep annotations; None without the profiler's span (a trace that lacks it is not
+    cut: the window's end is then unknown)."""
+    windows = tables.get("windows")
+    if windows is None or not len(windows):
+        return None
+    ends = [float(np.nanmax(windows["end_us"].to_numpy(float)))]
+    for key, df in tables.items():
+        if key in ("windows", "steps") or not len(df):
+            continue
+        values = df["end_us"].to_numpy(float)
+        if key == "annotations":
+            values = values[~df["name"].astype(str).str.startswith("ProfilerStep#").to_numpy()]
+        values = values[np.isfinite(values)]
+        if len(values):
+            ends.append(float(values.max()))
+    ends = [e for e in ends if np.isfinite(e)]
+    return max(ends) if ends else None
 
 
 def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.DataFrame], int, int, int]:
@@ -657,7 +706,8 @@ def _load_file_unchecked(file: Path, index: int) -> tuple[KinetoFile, int, dict[
     tables = _concat(chunks)
     for key in ("kernels", "memcpys", "runtime", "annotations"):
         tables[key] = tables[key].sort_values("ts_us", kind="stable").reset_index(drop=True)
-    tables["steps"] = _steps(tables["annotations"], rank)
+    tables["steps"] = _steps(tables, rank)
+    del tables["windows"]
     return doc, rank, tables, n_events, size, other
 
 
