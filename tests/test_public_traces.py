@@ -250,6 +250,36 @@ def test_triton_kernel_launched_through_the_driver_api():
     assert report["summary"]["launch_calls_per_step"] == 1
 
 
+def test_triton_step_ends_with_the_recording():
+    """Its one ProfilerStep lasts 13.3 s, but the profiler's own span and every other event end 1.7 ms after the
+    step starts: the step is cut there (a note says so), and the 13.3 s is not GPU idle after the sync."""
+    name = "triton_kernel.json.gz"
+    report = analyze(name)
+    events = raw_events(name)
+    (step,) = [e for e in events if STEP_RE.fullmatch(str(e.get("name", "")))]
+    (span,) = [e for e in events if e.get("cat") == "Trace"]
+    assert step["dur"] > 13e6 and span["ts"] + span["dur"] < step["ts"] + 2_000
+    recorded = max(e["ts"] + e.get("dur", 0) for e in events if e.get("ph") == "X" and e is not step)
+    assert report["summary"]["step_time_us"] == pytest.approx(recorded - step["ts"], abs=0.01)
+    assert any("end after the last event the profiler recorded" in note for note in report["notes"])
+    sync = next(f for f in report["findings"] if f["rule_id"] == "GA401")
+    assert sync["estimated_saving_us_per_step"] < 400
+
+
+def test_alexnet_start_up_calls_are_not_launch_overhead():
+    """The whole trace is one 42.9 s step of which the host spends 29.9 s creating the context
+    (cudaDeviceGetStreamPriorityRange), 6.0 s in a cudaFree and 3.1 s in a first cudaLaunchKernel while the
+    GPU idles: start-up, which a CUDA graph does not remove, so GA101 does not fire on it."""
+    name = "alexnet_sync.json.gz"
+    report = analyze(name)
+    long_calls = [e for e in raw_events(name) if e.get("cat") == "cuda_runtime" and e["dur"] >= 1e6]
+    assert {e["name"] for e in long_calls} >= {"cudaDeviceGetStreamPriorityRange", "cudaFree", "cudaLaunchKernel"}
+    summary = report["summary"]
+    assert summary["idle_other_us"] > 0.9 * summary["step_time_us"]
+    assert summary["idle_launch_us"] < 0.01 * summary["step_time_us"]
+    assert "GA101" not in {f["rule_id"] for f in report["findings"]}
+
+
 def _harness_trace() -> str | None:
     """The public H100 transformers-pipeline trace whose profiler driver (profiling/profile.py,
     run_torch_profiler) synchronizes at the end, if shared/traces/public holds it."""

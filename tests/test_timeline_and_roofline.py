@@ -66,6 +66,38 @@ def test_idle_gaps_are_split_by_what_ended_them(tmp_path):
     assert row.host_syncs == 1 and row.launch_calls == 3 and row.kernels == 3
 
 
+def test_a_gap_the_host_spends_in_long_cuda_calls_is_not_launch_idle(tmp_path):
+    """One 10 ms step. Kernel A 0.1-0.2 ms; then the host sits in a 3 ms cudaMalloc and a 2 ms first launch of
+    kernel B (its module loading) before B runs at 5.4-5.5 ms: that 5.2 ms gap is "other". Kernel C's ordinary
+    launch (0.02 ms) ends a 0.3 ms gap at 5.8 ms: "launch". A 4 ms cudaStreamSynchronize stays a sync: the
+    4 ms tail in which it returns is sync idle. The report's timeline strip splits the gaps the same way."""
+    events = [
+        x("user_annotation", "ProfilerStep#1", 0, 10_000),
+        launch(50, 10, 1, 11),
+        kernel("gemm_a", 100, 100, 1, 11),
+        x("cuda_runtime", "cudaMalloc", 300, 3_000, correlation=9),
+        launch(3_300, 2_000, 2, 12),
+        kernel("gemm_b", 5_400, 100, 2, 12),
+        launch(5_780, 20, 3, 13),
+        kernel("gemm_c", 5_800, 100, 3, 13),
+        launch(5_900, 10, 4, 14),
+        kernel("gemm_d", 5_950, 50, 4, 14),
+        x("cuda_runtime", "cudaStreamSynchronize", 6_000, 4_000, correlation=10),
+    ]
+    trace = write(tmp_path, events)
+    analysis = analyze_trace(trace, lookup_peaks(None))
+    row = analysis.steps.iloc[0]
+    assert row.gpu_busy_us == 350
+    assert row.idle_other_us == pytest.approx(5_200)
+    assert row.idle_sync_us == pytest.approx(4_000)  # the tail, in which the long sync returns
+    assert row.idle_launch_us == pytest.approx(100 + 300 + 50)  # the lead and the gaps before C and D
+    from gpuadvisor.analysis.timeline import long_host_calls, step_timeline, sync_calls
+
+    strip = step_timeline(analysis.steps, analysis.activities, sync_calls(trace), long_calls=long_host_calls(trace))
+    assert sum(d for _, d in strip["idle_other"]) == pytest.approx(5_200)
+    assert [round(s) for s, _ in strip["idle_other"]] == [200]
+
+
 def test_roofline_classes_from_shapes_grids_and_launches(tmp_path):
     """On an H200 (132 SMs; datasheet bf16 989.5 TFLOP/s, 4.8 TB/s):
     - a bf16 4096^3 mm: 137.4 GFLOP over 100.7 MB -> intensity 1365 FLOP/B, above the ridge (206): compute;

@@ -9,7 +9,10 @@ runs (any stream), and idle elsewhere. Each idle gap is classified by what ended
   cudaMemcpy, ...) returned inside the gap: the host waited for the GPU to drain, then the GPU waited
   for the host to queue new work;
 - ``launch``: the work that ended the gap was launched after the gap began: the GPU waited for the CPU;
-- ``other``: the work was already queued (waits on events, other streams, dependencies).
+- ``other``: the work was already queued (waits on events, other streams, dependencies), or the host spent at
+  least half of the gap inside CUDA calls of :data:`LONG_HOST_CALL_US` or more that neither launch a graph nor
+  synchronize (:func:`long_host_calls`): creating the context, loading a kernel's module on its first launch,
+  cudaMalloc and cudaFree. A launch takes microseconds; a CUDA graph does not remove those calls' time.
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ from gpuadvisor.analysis.linking import (
     union_intervals,
 )
 from gpuadvisor.trace.model import Trace
+
+# A host CUDA call this long that neither synchronizes nor replays a graph is start-up or allocation work, not
+# launch overhead: an eager launch costs 5 to 40 µs of host time (the suite's traces on the H200). A public
+# trace of a first forward pass spent 29.9 s in cudaDeviceGetStreamPriorityRange (the context's creation),
+# 6.0 s in one cudaFree and 3.1 s in one cudaLaunchKernel (its module's loading) while the GPU sat idle.
+LONG_HOST_CALL_US = 1000.0
+_NOT_LONG_CALLS = SYNC_CALL_PATTERN + r"|GraphLaunch"
 
 # A sync call that returns within this many µs before the GPU went idle still explains the gap: the
 # call's end and the last kernel's end are recorded by different clocks (host vs CUPTI).
@@ -80,6 +90,36 @@ def launch_calls(trace: Trace) -> pd.DataFrame:
     return _calls_matching(trace, LAUNCH_CALL_PATTERN)
 
 
+def long_host_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The union (sorted starts, ends) of the host's CUDA calls of :data:`LONG_HOST_CALL_US` or more that neither
+    synchronize nor launch a graph (module docstring); empty arrays when there are none."""
+    rt = trace.runtime
+    if not len(rt):
+        return np.empty(0), np.empty(0)
+    dur = rt["dur_us"].to_numpy(float)
+    long = np.nan_to_num(dur, nan=0.0) >= LONG_HOST_CALL_US
+    if not long.any():
+        return np.empty(0), np.empty(0)
+    long &= ~match_names(rt["name"], _NOT_LONG_CALLS)
+    return union_intervals(rt["ts_us"].to_numpy(float)[long], rt["end_us"].to_numpy(float)[long])
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, gap_s: np.ndarray, gap_e: np.ndarray) -> np.ndarray:
+    """Per gap, how much of it the disjoint sorted intervals (starts, ends) cover."""
+    if not len(starts) or not len(gap_s):
+        return np.zeros(len(gap_s))
+    before = np.concatenate(([0.0], np.cumsum(ends - starts)))
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        # Covered length in (-inf, t]: the whole intervals that end before t, plus the part of the one holding t.
+        i = np.searchsorted(starts, t, side="right")
+        last = np.maximum(i - 1, 0)
+        partial = np.where(i > 0, np.clip(t - starts[last], 0.0, ends[last] - starts[last]), 0.0)
+        return before[last] + partial
+
+    return np.clip(upto(gap_e) - upto(gap_s), 0.0, None)
+
+
 def queue_depth_at_launch(acts: pd.DataFrame) -> np.ndarray:
     """For each activity, how many earlier-launched activities were still queued or running at its launch."""
     launch = acts["launch_ts_us"].to_numpy()
@@ -112,12 +152,19 @@ def _busy_intervals(acts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def _window_gaps(
-    w0: float, w1: float, busy_s: np.ndarray, busy_e: np.ndarray, opener_launch_end: np.ndarray, sync_ends: np.ndarray
+    w0: float,
+    w1: float,
+    busy_s: np.ndarray,
+    busy_e: np.ndarray,
+    opener_launch_end: np.ndarray,
+    sync_ends: np.ndarray,
+    long_calls: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Inside the window [w0, w1]: the busy intervals clipped to it (bs, be), the idle gaps (gap_s, gap_e: one
     before each busy interval and the tail, possibly empty), and per gap whether a host sync returned in it
-    (after_sync) or, if not, whether the GPU waited for the launch of the work that ended it
-    (waited_for_launch); a gap that is neither is "other" (module docstring)."""
+    (after_sync) or, if not, whether the GPU waited for the launch of the work that ended it and the host spent
+    less than half of the gap in long CUDA calls (``long_calls``: :func:`long_host_calls`) (waited_for_launch);
+    a gap that is neither is "other" (module docstring)."""
     lo = np.searchsorted(busy_e, w0, side="right")
     hi = np.searchsorted(busy_s, w1, side="left")
     bs = np.clip(busy_s[lo:hi], w0, w1)
@@ -131,6 +178,9 @@ def _window_gaps(
     ok = j < len(sync_ends)
     after_sync[ok] = sync_ends[j[ok]] <= gap_e[ok]
     waited_for_launch = ~after_sync & (np.isnan(openers) | (openers >= gap_s))
+    if long_calls is not None and len(long_calls[0]) and waited_for_launch.any():
+        in_calls = _covered(long_calls[0], long_calls[1], gap_s, gap_e)
+        waited_for_launch &= ~(in_calls >= 0.5 * (gap_e - gap_s))
     return bs, be, gap_s, gap_e, after_sync, waited_for_launch
 
 
@@ -158,6 +208,7 @@ def step_breakdown(
     if syncs is None:
         syncs = sync_calls(trace)
     sync_ends = np.sort(syncs["end_us"].to_numpy(float)) if len(syncs) else np.empty(0)
+    long_calls = long_host_calls(trace)
     if launches is None:
         launches = launch_calls(trace)
     sync_step = syncs["step_index"].to_numpy() if len(syncs) else np.empty(0, dtype=np.int64)
@@ -190,7 +241,7 @@ def step_breakdown(
         prev_gpu_end = max(prev_gpu_end, gpu_end)
         prev_w1 = max(prev_w1, w1)
         bs, be, gap_s, gap_e, after_sync, waited_for_launch = _window_gaps(
-            w0, w1, busy_s, busy_e, opener_launch_end, sync_ends
+            w0, w1, busy_s, busy_e, opener_launch_end, sync_ends, long_calls
         )
         busy = float((be - bs).sum())
         length = np.clip(gap_e - gap_s, 0, None)
@@ -254,6 +305,7 @@ def step_timeline(
     syncs: pd.DataFrame,
     step: int | None = None,
     max_intervals: int = TIMELINE_MAX_INTERVALS,
+    long_calls: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict | None:
     """What the GPU did during one step, as intervals from the step's start, for the report's timeline strip.
 
@@ -266,7 +318,8 @@ def step_timeline(
     memset intervals), idle_launch, idle_sync, idle_other (the idle gaps, classified as :func:`step_breakdown`
     classifies them, so each lane adds up to that step's figure), copy_us_per_step ([float], the copies' busy
     time in every step, in table order), omitted ({lane: count} of the shortest intervals left out past
-    ``max_intervals`` per lane; empty when none was).
+    ``max_intervals`` per lane; empty when none was). ``long_calls``: :func:`long_host_calls` of the trace, so
+    that the gaps are classified as the step's figures were.
     """
     if not len(steps):
         return None
@@ -279,7 +332,7 @@ def step_timeline(
     busy_s, busy_e, opener_launch_end = _busy_intervals(acts)
     sync_ends = np.sort(syncs["end_us"].to_numpy(float)) if len(syncs) else np.empty(0)
     _, _, gap_s, gap_e, after_sync, waited_for_launch = _window_gaps(
-        w0, w1, busy_s, busy_e, opener_launch_end, sync_ends
+        w0, w1, busy_s, busy_e, opener_launch_end, sync_ends, long_calls
     )
     is_kernel = (acts["kind"] == "kernel").to_numpy()
     ts, end = acts["ts_us"].to_numpy(float), acts["end_us"].to_numpy(float)

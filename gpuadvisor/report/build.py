@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuadvisor.analysis.bundle import Analysis
-from gpuadvisor.analysis.timeline import step_timeline, sync_calls
+from gpuadvisor.analysis.timeline import long_host_calls, step_timeline, sync_calls
 from gpuadvisor.report.json import to_plain
 from gpuadvisor.report.schema import assemble_report
 from gpuadvisor.rules.engine import Finding, combined_estimate
@@ -236,7 +236,7 @@ def _timeline(a: Analysis) -> dict[str, Any] | None:
     """One step's GPU intervals for the report's timeline strip (:func:`~gpuadvisor.analysis.timeline.step_timeline`:
     the profiled step nearest the median); None without steps."""
     syncs = a.syncs if a.syncs is not None else sync_calls(a.trace)
-    return step_timeline(a.steps, a.activities, syncs)
+    return step_timeline(a.steps, a.activities, syncs, long_calls=long_host_calls(a.trace))
 
 
 def _cuda_version(value: Any) -> str | None:
