@@ -652,9 +652,11 @@ def recorded_end(tables: dict[str, pd.DataFrame]) -> float | None:
     other than the ProfilerStep annotations; None without the profiler's span (a trace that lacks it is not
     cut: the window's end is then unknown)."""
     windows = tables.get("windows")
-    if windows is None or not len(windows):
+    span = windows["end_us"].to_numpy(float) if windows is not None and len(windows) else np.empty(0)
+    span = span[np.isfinite(span)]
+    if not len(span):
         return None
-    ends = [float(np.nanmax(windows["end_us"].to_numpy(float)))]
+    ends = [float(span.max())]
     for key, df in tables.items():
         if key in ("windows", "steps") or not len(df):
             continue
@@ -664,8 +666,7 @@ def recorded_end(tables: dict[str, pd.DataFrame]) -> float | None:
         values = values[np.isfinite(values)]
         if len(values):
             ends.append(float(values.max()))
-    ends = [e for e in ends if np.isfinite(e)]
-    return max(ends) if ends else None
+    return max(ends)
 
 
 def _load_file(file: Path, index: int) -> tuple[KinetoFile, int, dict[str, pd.DataFrame], int, int, int]:
