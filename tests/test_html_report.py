@@ -213,13 +213,13 @@ def test_timeline_strip_has_every_lane_the_step_has(pipeline_report, analyze_rep
 def test_step_timeline_adds_up_to_the_step_breakdown():
     """The strip's lanes are the step table's figures: idle lanes sum to its idle split, copies to the memcpys."""
     from gpuadvisor.analysis.bundle import analyze_trace
-    from gpuadvisor.analysis.timeline import step_timeline, sync_calls
+    from gpuadvisor.analysis.timeline import long_host_calls, step_timeline, sync_calls
     from gpuadvisor.device.peaks import lookup_peaks
     from gpuadvisor.trace.kineto import load_trace
 
     trace = load_trace(SAMPLES / "input_pipeline.json.gz")
     analysis = analyze_trace(trace, lookup_peaks(trace.device))
-    timeline = step_timeline(analysis.steps, analysis.activities, sync_calls(trace))
+    timeline = step_timeline(analysis.steps, analysis.activities, sync_calls(trace), long_host_calls(trace))
     row = analysis.steps.set_index("step").loc[timeline["step"]]
     assert timeline["step_time_us"] == pytest.approx(row["step_time_us"], abs=0.01)
     for lane, column in (
@@ -235,7 +235,9 @@ def test_step_timeline_adds_up_to_the_step_breakdown():
     for lane in ("kernels", "copies", "idle_launch", "idle_sync", "idle_other"):
         assert all(0 <= s and s + d <= timeline["step_time_us"] + 0.02 for s, d in timeline[lane])
     # The cap keeps the longest intervals and says how many it left out.
-    capped = step_timeline(analysis.steps, analysis.activities, sync_calls(trace), max_intervals=5)
+    capped = step_timeline(
+        analysis.steps, analysis.activities, sync_calls(trace), long_host_calls(trace), max_intervals=5
+    )
     assert len(capped["kernels"]) == 5 and capped["omitted"]["kernels"] == len(timeline["kernels"]) - 5
     longest = sorted((d for _, d in timeline["kernels"]), reverse=True)[:5]
     assert sorted((d for _, d in capped["kernels"]), reverse=True) == longest
@@ -424,14 +426,16 @@ def test_a_report_with_nothing_in_it_renders():
 def test_reports_carry_the_timeline_of_their_median_step(analyze_report):
     """build_report's ``timeline`` is step_timeline of the analysis (the renderer's strip reads it)."""
     from gpuadvisor.analysis.bundle import analyze_trace
-    from gpuadvisor.analysis.timeline import step_timeline, sync_calls
+    from gpuadvisor.analysis.timeline import long_host_calls, step_timeline, sync_calls
     from gpuadvisor.device.peaks import lookup_peaks
     from gpuadvisor.report.json import to_plain
     from gpuadvisor.trace.kineto import load_trace
 
     trace = load_trace(SAMPLES / "llama_decode.json.gz")
     analysis = analyze_trace(trace, lookup_peaks(trace.device))
-    assert analyze_report["timeline"] == to_plain(step_timeline(analysis.steps, analysis.activities, sync_calls(trace)))
+    assert analyze_report["timeline"] == to_plain(
+        step_timeline(analysis.steps, analysis.activities, sync_calls(trace), long_host_calls(trace))
+    )
     assert analyze_report["timeline"]["kernels"] and 'id="timeline-strip"' in render_html(analyze_report)
 
 

@@ -93,7 +93,7 @@ def test_a_gap_the_host_spends_in_long_cuda_calls_is_not_launch_idle(tmp_path):
     assert row.idle_launch_us == pytest.approx(100 + 300 + 50)  # the lead and the gaps before C and D
     from gpuadvisor.analysis.timeline import long_host_calls, step_timeline, sync_calls
 
-    strip = step_timeline(analysis.steps, analysis.activities, sync_calls(trace), long_calls=long_host_calls(trace))
+    strip = step_timeline(analysis.steps, analysis.activities, sync_calls(trace), long_host_calls(trace))
     assert sum(d for _, d in strip["idle_other"]) == pytest.approx(5_200)
     assert [round(s) for s, _ in strip["idle_other"]] == [200]
 

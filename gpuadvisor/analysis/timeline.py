@@ -303,14 +303,15 @@ def step_timeline(
     steps: pd.DataFrame,
     acts: pd.DataFrame,
     syncs: pd.DataFrame,
+    long_calls: tuple[np.ndarray, np.ndarray],
     step: int | None = None,
     max_intervals: int = TIMELINE_MAX_INTERVALS,
-    long_calls: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict | None:
     """What the GPU did during one step, as intervals from the step's start, for the report's timeline strip.
 
     ``steps`` is :func:`step_breakdown`'s table (its windows are reused), ``acts`` the GPU activities it was
-    built from (:func:`~gpuadvisor.analysis.linking.gpu_activities`), ``syncs`` :func:`sync_calls`. The step
+    built from (:func:`~gpuadvisor.analysis.linking.gpu_activities`), ``syncs`` :func:`sync_calls`, ``long_calls``
+    :func:`long_host_calls` of the same trace (so that the gaps are classified as the step's figures were). The step
     shown is ``step`` (a ProfilerStep number) or the one whose step time is nearest the median. None without
     steps. Returns (µs; each interval ``[start_us, duration_us]`` from the step's start, 2 decimals):
 
@@ -318,8 +319,7 @@ def step_timeline(
     memset intervals), idle_launch, idle_sync, idle_other (the idle gaps, classified as :func:`step_breakdown`
     classifies them, so each lane adds up to that step's figure), copy_us_per_step ([float], the copies' busy
     time in every step, in table order), omitted ({lane: count} of the shortest intervals left out past
-    ``max_intervals`` per lane; empty when none was). ``long_calls``: :func:`long_host_calls` of the trace, so
-    that the gaps are classified as the step's figures were.
+    ``max_intervals`` per lane; empty when none was).
     """
     if not len(steps):
         return None

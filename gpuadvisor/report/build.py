@@ -236,7 +236,7 @@ def _timeline(a: Analysis) -> dict[str, Any] | None:
     """One step's GPU intervals for the report's timeline strip (:func:`~gpuadvisor.analysis.timeline.step_timeline`:
     the profiled step nearest the median); None without steps."""
     syncs = a.syncs if a.syncs is not None else sync_calls(a.trace)
-    return step_timeline(a.steps, a.activities, syncs, long_calls=long_host_calls(a.trace))
+    return step_timeline(a.steps, a.activities, syncs, long_host_calls(a.trace))
 
 
 def _cuda_version(value: Any) -> str | None:
