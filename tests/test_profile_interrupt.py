@@ -123,7 +123,7 @@ def test_ctrl_c_at_any_moment_exits_130_and_writes_nothing(tmp_path):
         for moment, code, stderr, left, late in results
         if not late and (code != 130 or left or "Traceback" in stderr or "interrupted" not in stderr)
     ]
-    # After publication (seen once in CI: a run 10% faster than the calibration one, SIGINT during the
+    # After publication (seen once in CI: a run at least 10% faster than the calibration one, SIGINT during the
     # interpreter's exit, status -2): the folder is whole, the report in it complete.
     failures += [
         f"SIGINT at {moment:.2f} s, after the output was published: exit {code}, left {left}, report incomplete"
