@@ -64,7 +64,7 @@ def analyze_trace(trace: Trace, peaks: DevicePeaks) -> Analysis:
     synthetic = bool(len(windows) and windows["synthetic"].iloc[0])
     if synthetic:
         notes.append("the trace has no ProfilerStep annotations: the whole trace is treated as one step")
-    cut = trace.steps[trace.steps["cut_us"] > 0] if "cut_us" in trace.steps else trace.steps.iloc[0:0]
+    cut = trace.steps[trace.steps["cut_us"] > 0]
     if len(cut):
         first = cut.iloc[0]
         notes.append(

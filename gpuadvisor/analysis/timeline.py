@@ -159,7 +159,7 @@ def _window_gaps(
     busy_e: np.ndarray,
     opener_launch_end: np.ndarray,
     sync_ends: np.ndarray,
-    long_calls: tuple[np.ndarray, np.ndarray] | None = None,
+    long_calls: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Inside the window [w0, w1]: the busy intervals clipped to it (bs, be), the idle gaps (gap_s, gap_e: one
     before each busy interval and the tail, possibly empty), and per gap whether a host sync returned in it
@@ -179,7 +179,7 @@ def _window_gaps(
     ok = j < len(sync_ends)
     after_sync[ok] = sync_ends[j[ok]] <= gap_e[ok]
     waited_for_launch = ~after_sync & (np.isnan(openers) | (openers >= gap_s))
-    if long_calls is not None and len(long_calls[0]) and waited_for_launch.any():
+    if len(long_calls[0]) and waited_for_launch.any():
         in_calls = _covered(long_calls[0], long_calls[1], gap_s, gap_e)
         waited_for_launch &= ~(in_calls >= 0.5 * (gap_e - gap_s))
     return bs, be, gap_s, gap_e, after_sync, waited_for_launch
