@@ -498,12 +498,17 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
     compute_factor = 1.0 - tf32 / bf16
     memory_factor = rule.threshold("memory_bound_saving_fraction")
     factor = np.select([bound == "compute", bound == "memory"], [compute_factor, memory_factor], default=0.0)
-    saving = float((as_tf32 * factor).sum()) / a.n_steps
+    matmul_saving = float((as_tf32 * factor).sum()) / a.n_steps
     per_step = dur.sum() / a.n_steps
     # Autocast casts each float32 weight to bf16 once per call (and, training, its gradient back in the
-    # backward pass): host work an eager step adds (fp32_compute_timed).
+    # backward pass): host work an eager step adds (fp32_compute_timed), and a small kernel each on the GPU.
     calls, training = forward_fp32_compute_calls(a)
     casts = calls * (2 if training else 1)
+    activations = _autocast_activation_change(k, rule, a.n_steps)
+    # The cast kernels' GPU time, as measured in BatchNorm nets (the rule's TOML); elsewhere it is not measured and
+    # left out, as the casts fuse into their neighbours under compile (a ViT at batch 1 kept bf16 + compile).
+    cast_us = casts * rule.threshold("autocast_gpu_us_per_cast") if activations["batchnorm_net"] else 0.0
+    saving = matmul_saving + activations["elementwise_saving_us"] - activations["batchnorm_cost_us"] - cast_us
     # cuDNN's implicit-GEMM convolutions carry "gemm" in their names: the pass names them.
     convs = (sel["family"] == "convolution").to_numpy() | match_names(sel["name"], _CONV_NAME)
     by_name = sel.groupby("name")["dur_us"].sum().sort_values(ascending=False)
@@ -530,15 +535,76 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
         "memory_bound_us_per_step": _r(dur[bound == "memory"].sum() / a.n_steps),
         "simt_us_per_step_left_to_ga301": _r(dur[simt].sum() / a.n_steps),
         "top_kernels": [short_kernel_name(n) for n in by_name.index[:3]],
+        "matmul_saving_us": _r(matmul_saving),
+        **{key: value if isinstance(value, bool) else _r(value) for key, value in activations.items()},
+        "autocast_cast_kernels_us_per_step": _r(cast_us),
         "gpu_saving_us": _r(saving),
         "forward_fp32_compute_calls_per_step": _r(calls),
         "autocast_casts_per_step": _r(casts),
         "autocast_host_us_per_step": _r(casts * rule.threshold("autocast_host_us_per_cast")),
         "basis": f"compute-bound kernels x (1 - tf32/bf16 peak = {compute_factor:.2f}), memory-bound x "
         f"{memory_factor:.2f} (bytes halve), latency- and launch-bound x 0; fp32 SIMT GEMMs (GA301) counted at "
-        "their TF32 time (x fp32/tf32 peak) so the two findings add up",
+        "their TF32 time (x fp32/tf32 peak) so the two findings add up"
+        + (
+            f"; in a BatchNorm net the activations between the convolutions become bf16 too: its memory-bound "
+            f"fp32 elementwise kernels x {rule.threshold('batchnorm_net_elementwise_saving_fraction'):.2f}, and "
+            f"cuDNN's NCHW batch-norm kernels turn into PyTorch's native bf16 ones, measured "
+            f"{rule.threshold('nchw_batchnorm_bf16_time_ratio'):.2f}x their time"
+            if activations["batchnorm_net"]
+            else ""
+        )
+        + (
+            f"; minus {rule.threshold('autocast_gpu_us_per_cast'):g} µs of GPU time per cast autocast adds"
+            if cast_us
+            else ""
+        ),
     }
+    if activations["batchnorm_cost_us"] > 0:
+        message += (
+            f" BatchNorm leaves cuDNN under autocast (PyTorch runs bf16 batch norm in its own kernels), which in "
+            f"NCHW costs about {activations['batchnorm_cost_us']:,.0f} µs/step: channels_last first avoids it."
+        )
     return make_finding(rule, a, message, evidence, saving)
+
+
+# Batch-norm kernels of any backend: cuDNN's NCHW (bn_*_1C11) and NHWC (batchnorm_*_nhwc) ones, PyTorch's own.
+_BATCHNORM_KERNEL = r"(?i)\bbn_(?:fw|bw)|batchnorm|batch_norm"
+# The optimizer's fused/foreach kernels update float32 weights and state: autocast leaves them float32.
+_OPTIMIZER_KERNEL = r"(?i)multi_tensor|foreach|fused_adam|fused_sgd"
+
+
+def _autocast_activation_change(k: pd.DataFrame, rule: Rule, n_steps: int) -> dict:
+    """What bf16 autocast changes beyond the matmuls in a step's kernels ``k``: the activations' dtype.
+
+    In a BatchNorm net (a batch-norm kernel in the step) the tensors between the convolutions become bf16:
+    autocast runs the convolutions in bf16 and batch norm, ReLU and the residual adds in their inputs' dtype
+    (batch_norm is on none of autocast's float32 lists, unlike layer_norm and group_norm, whose float32 outputs
+    keep a transformer's residual stream in float32; there the elementwise kernels count zero). So the step's
+    memory-bound float32 elementwise kernels (the optimizer's excepted) move half the bytes. And PyTorch never
+    sends a bf16 input to cuDNN's batch norm (``_select_batch_norm_backend``): its native kernels replace
+    cuDNN's; in NCHW they took ``nchw_batchnorm_bf16_time_ratio`` x the time of cuDNN's float32 ones, in
+    channels_last the same time (the rule's TOML gives the measurements)."""
+    name = k["name"]
+    bn = (k["family"] == "normalization").to_numpy() & match_names(name, _BATCHNORM_KERNEL)
+    out = {"batchnorm_net": bool(bn.any()), "elementwise_saving_us": 0.0, "batchnorm_cost_us": 0.0}
+    if not bn.any() or not n_steps:
+        return out
+    fp32 = k["dtype"].isin(list(_FP32)).to_numpy()
+    elementwise = (
+        (k["family"] == "elementwise").to_numpy()
+        & (k["bound"] == "memory").to_numpy()
+        & fp32
+        & ~match_names(name, _OPTIMIZER_KERNEL)
+    )
+    nchw_bn = bn & fp32 & match_names(name, _NCHW_BATCHNORM_KERNEL)
+    dur = k["dur_us"].to_numpy(float)
+    fraction = rule.threshold("batchnorm_net_elementwise_saving_fraction")
+    ratio = rule.threshold("nchw_batchnorm_bf16_time_ratio")
+    out["elementwise_saving_us"] = float(dur[elementwise].sum()) * fraction / n_steps
+    out["batchnorm_cost_us"] = float(dur[nchw_bn].sum()) * max(ratio - 1.0, 0.0) / n_steps
+    out["nchw_batchnorm_us_per_step"] = float(dur[nchw_bn].sum()) / n_steps
+    out["activation_elementwise_us_per_step"] = float(dur[elementwise].sum()) / n_steps
+    return out
 
 
 def fp32_compute_timed(

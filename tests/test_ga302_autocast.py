@@ -1,0 +1,68 @@
+"""GA302 on a BatchNorm net: its GPU saving against what bf16 autocast did to the kernels of the same step, from
+H200 traces of timm ResNet-50's training step without and with ``apply --fix bf16`` (NCHW and channels_last,
+batch 64 and 192: benchmarks/results/ga302_autocast/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from autocast_kernels import kernel_groups  # noqa: E402
+
+D = RESULTS / "ga302_autocast"
+PAIRS = {
+    "b64_nchw": (D / "b64_nchw_fp32.trace.json.gz", D / "b64_nchw_bf16.trace.json.gz"),
+    "b64_nhwc": (
+        RESULTS / "apply_timm_resnet50_train_channels_last" / "after_trace.json.gz",
+        D / "b64_nhwc_bf16.trace.json.gz",
+    ),
+    "b192_nchw": (D / "b192_nchw_fp32.trace.json.gz", D / "b192_nchw_bf16.trace.json.gz"),
+    "b192_nhwc": (D / "b192_nhwc_fp32.trace.json.gz", D / "b192_nhwc_bf16.trace.json.gz"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_ga302_estimate_matches_the_kernel_time_autocast_took_off(name):
+    fp32, bf16 = (kernel_groups(p) for p in PAIRS[name])
+    measured = fp32["kernel_us_per_step"] - bf16["kernel_us_per_step"]
+    assert measured > 2_000
+    # Within 15% on every layout and batch (the matmuls alone were 45-57% over in NCHW, 33-41% under in NHWC).
+    assert fp32["ga302_gpu_saving_us"] == pytest.approx(measured, rel=0.15)
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_batch_norm_leaves_cudnn_under_autocast_and_costs_only_in_nchw(name):
+    from gpuadvisor.pipeline import analyze_path
+
+    fp32, bf16 = (kernel_groups(p) for p in PAIRS[name])
+    ratio = bf16["groups"]["batchnorm"]["us_per_step"] / fp32["groups"]["batchnorm"]["us_per_step"]
+    evidence = next(f for f in analyze_path(PAIRS[name][0])["findings"] if f["rule_id"] == "GA302")["evidence"]
+    assert evidence["batchnorm_net"] is True
+    # Half the memory-bound ones among the elementwise kernels (the group holds the others too).
+    assert evidence["elementwise_saving_us"] == pytest.approx(
+        0.5 * fp32["groups"]["elementwise"]["us_per_step"], rel=0.2
+    )
+    if "nchw" in name:
+        assert 1.3 < ratio < 1.45 and evidence["batchnorm_cost_us"] > 0.3 * evidence["nchw_batchnorm_us_per_step"]
+    else:
+        assert 0.97 < ratio < 1.03 and evidence["batchnorm_cost_us"] == 0.0
+
+
+def test_a_transformer_step_keeps_the_matmul_only_estimate():
+    """hf_vit_infer (LayerNorm: autocast keeps its residual stream in float32) has no batch norm: no terms added."""
+    from gpuadvisor.pipeline import analyze_path
+
+    report = analyze_path(ROOT / "sample_traces" / "real" / "hf_vit_infer.json.gz")
+    evidence = next(f for f in report["findings"] if f["rule_id"] == "GA302")["evidence"]
+    assert evidence["batchnorm_net"] is False and evidence["elementwise_saving_us"] == 0.0
+    assert evidence["autocast_cast_kernels_us_per_step"] == 0.0
+    assert (
+        evidence["gpu_saving_us"] == pytest.approx(evidence["matmul_saving_us"], abs=0.2)
+        and evidence["gpu_saving_us"] > 0
+    )
