@@ -262,6 +262,45 @@ def run_manual_pair(model: str, rule: str, fix: str, out_dir: Path, rounds: int,
     return entry
 
 
+def rejudge(entry: dict, folder: Path) -> dict:
+    """The pair's estimate re-derived with this checkout's rules from the apply run it kept in ``folder``
+    (its before trace and report.json: the timed step and host time as that run measured them); the measured
+    saving stays the run's. No GPU needed."""
+    from gpuadvisor.pipeline import analyze_path
+    from gpuadvisor.report.profiled import rescale_savings
+    from gpuadvisor.rules.engine import load_rules
+
+    kept = json.loads((folder / "report.json").read_text())
+    report = analyze_path(folder / "before_trace.json.gz")
+    summary = report["summary"]
+    summary["trace_step_time_us"] = summary.get("step_time_us")
+    for key in ("step_time_us", "host_enqueue_us", "optimizer_step_host_us"):
+        summary[key] = (kept.get("summary") or {}).get(key, (kept.get("before") or {}).get(key))
+    rescale_savings(report, load_rules())
+    finding = next((f for f in report["findings"] if f.get("rule_id") == entry["rule"]), None)
+    evidence = (finding or {}).get("evidence") or {}
+    saving = finding.get("estimated_saving_us_per_step") if finding else None
+    alone = evidence.get("expected_alone_us")
+    estimated = alone if isinstance(alone, (int, float)) else saving
+    entry.update(
+        fired=finding is not None,
+        estimated_saving_us=saving,
+        estimated_alone_us=alone,
+        estimate_judged_us=estimated,
+        gpu_saving_us=evidence.get("gpu_saving_us"),
+        host_after_fix_us=evidence.get("host_after_fix_us"),
+        estimated_saving_pct=finding.get("estimated_saving_pct") if finding else None,
+        basis=evidence.get("basis"),
+        estimate_rederived="from the kept before trace with the rules of the checkout that wrote this entry",
+    )
+    measured = entry.get("measured_saving_us")
+    if estimated and measured is not None:
+        entry["measured_over_estimated"] = round(measured / estimated, 3)
+        entry["within_30pct"] = abs(measured - estimated) <= BOUND * abs(estimated)
+    add_saving_interval(entry)
+    return entry
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -274,7 +313,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=240)
     parser.add_argument("--base", type=Path, default=None, help="merge into this earlier result (by pair)")
     parser.add_argument("--time-builds", default=None, help=argparse.SUPPRESS)  # child: MODEL:ENTRY,ENTRY
+    parser.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="no runs: re-derive the estimates of --pairs in --base from the apply runs kept in --apply-dir",
+    )
     args = parser.parse_args(argv)
+    if args.rejudge:
+        base = json.loads(args.base.read_text())
+        wanted = {_pair_key(*parse_pair(p)) for p in args.pairs.split(",")} if args.pairs else None
+        for entry in base["pairs"]:
+            key = _pair_key(entry["model"], entry["rule"], entry["fix"], entry.get("batch"))
+            folder = args.apply_dir / Path(entry["command"].rsplit("--out ", 1)[-1].split()[0]).name
+            if (wanted is None or key in wanted) and (folder / "before_trace.json.gz").is_file():
+                rejudge(entry, folder)
+                print(key, entry["estimate_judged_us"], entry["measured_saving_us"], entry["within_30pct"])
+        base.setdefault("commands", []).append(
+            "python3 " + " ".join([os.path.relpath(__file__, ROOT), *(argv or sys.argv[1:])])
+        )
+        args.out.write_text(json.dumps(base, indent=2) + "\n")
+        return 0
     if args.time_builds:
         model, entries = args.time_builds.split(":", 1)
         samples = time_builds(model, entries.split(","), args.rounds, args.steps)
