@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuadvisor.fixes.coverage import combined_saving, fix_covers
+from gpuadvisor.fixes.coverage import addressed_saving, combined_saving, fix_covers
 from gpuadvisor.report.apply_sections import render_apply_markdown, search_table
 
 REPORTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "real_auto_reports"
@@ -71,9 +71,13 @@ def test_bert_compile_wins_where_the_graph_is_refused_and_its_prediction_is_ga10
     assert covered == {"compile", "fusion", "sdpa", "channels_last", "graphs"}
     ga101 = next(f for f in r["before"]["findings"] if f["rule_id"] == "GA101")
     step = r["before"]["step_time_us"]
-    # One addressed finding: the combined saving is that finding's.
+    # GA101 is the addressed finding; compile also fuses the few short kernels behind GA102 (a part of its
+    # saving, under 1% of GA101's), so the combined saving is GA101's and that part.
+    addressed = {f["rule_id"]: addressed_saving(f, covered) for f in r["before"]["findings"]}
+    assert addressed["GA101"] == ga101["estimated_saving_us_per_step"]
+    assert 0 <= sum(addressed.values()) - addressed["GA101"] < 0.01 * addressed["GA101"]
     assert combined_saving(r["before"]["findings"], covered, step) == pytest.approx(
-        ga101["estimated_saving_us_per_step"], rel=1e-3
+        ga101["estimated_saving_us_per_step"], rel=0.01
     )
 
 
