@@ -5,6 +5,7 @@ and the floor of each model, all measured in one run per model.
     python3 benchmarks/real_models.py --models hf_llama_decode,hf_qwen2_decode --compile-modes default
     python3 benchmarks/real_models.py --models timm_resnet50_train \\
         --base benchmarks/results/real_models.json --out "$OUT/real_models.json" --markdown "$OUT/real_models.md"
+    python3 benchmarks/real_models.py --auto-from benchmarks/results/real_models_auto.json   # auto vs compile modes
 
 Each suite file is a model.py workload (gpuadvisor/workload.py) with a module constant ``KIND``: ``decode``,
 ``prefill``, ``train`` or ``infer``. Files whose name starts with ``_`` hold shared code, not models.
@@ -19,7 +20,9 @@ child wrote into ``--out``. Per model, in the child:
    saving: apply's own ``saving.predicted_us`` (``gpuadvisor.fixes.coverage.combined_saving``: the BEFORE
    findings the applied fixes address, added across the parts of the step they come from and combined as
    independent shares within one), as ``predicted_saving_pct`` of the before step; per applied fix, the summed
-   ``estimated_saving_pct`` of the findings that name it (``predicted_saving_by_fix_pct``).
+   ``estimated_saving_pct`` of the findings that name it (``predicted_saving_by_fix_pct``). With
+   ``--auto-from FILE`` (an ``--auto-only`` run's results) the search is not run again: its kept choice (fixes
+   and compile mode) is what step 2 re-applies, and ``auto_from`` names that run.
 2. Fresh ``load_workload(path)`` per variant (build() seeds its random weights, so every variant is the
    same model with its own state: a decode variant writes its own KV cache, idempotently): ``eager``;
    ``auto`` = the fixes auto applied, applied again with ``registry.apply_fixes`` (guard on); for decode
@@ -72,7 +75,10 @@ apply_report_auto_us, apply_report_speedup, apply_report_measured_saving_pct, ap
 fusion_graphs_us (decode only, else null) and fusion_graphs_outcomes; speedups {variant: {median, ci_low,
 ci_high}}; compile {mode: µs | {error}}, compile_s, compile_speedup, compile_group_eager_us,
 compile_dynamo {mode: {graphs, graph_breaks, graphs_before_timing, recompiles_while_timed}},
-compile_target, compile_numerics (with ``--compile-numerics``); floor_us, floor {memory_bytes,
+compile_target, compile_numerics (with ``--compile-numerics``); best_compile {mode, us, modes_timed,
+modes_failed, auto_over_best_compile (auto_us over the fastest mode's median), auto_over_best_compile_by_speedup
+(that mode's speedup over its group's eager samples over auto's)}; auto_from (with ``--auto-from``: the file,
+date and command of the ``--auto-only`` run whose choice the auto variant re-applied); floor_us, floor {memory_bytes,
 memory_parts_bytes, memory_factors, bandwidth_bytes_per_s, bandwidth_source, memory_us, flops,
 flops_by_dtype, compute_us, compute_peak, floor_us, bound}; variant_errors; samples {variant: [µs per
 step]} (``eager@compile_<mode>`` for each compile group's eager samples); elapsed_s, stage. A model whose
@@ -333,6 +339,66 @@ def measure_auto(path: Path, apply_dir: Path | None) -> dict[str, Any]:
             "after": len(after.get("samples_us") or []),
         },
     }
+
+
+AUTO_FIELDS = (
+    "auto_search",
+    "auto_search_s",
+    "auto_facts",
+    "auto_fixes",
+    "fix_outcomes",
+    "recommended_fixes",
+    "predicted_saving_pct",
+    "predicted_saving_by_fix_pct",
+    "predicted_saving_us",
+    "why_no_fix",
+    "findings",
+    "profile",
+    "apply_report_eager_us",
+    "apply_report_auto_us",
+    "apply_report_speedup",
+    "apply_report_measured_saving_pct",
+    "apply_report_samples",
+)
+
+
+def auto_from_results(results: Path, name: str) -> dict[str, Any]:
+    """What an earlier ``--auto-only`` run kept of ``apply --fix auto`` on model ``name`` (its search, the fixes
+    it applied and the compile mode it chose), so that this run re-applies and times that choice beside the
+    torch.compile modes without searching again. ``auto_from`` says which run the choice came from."""
+    doc = load_results(results)
+    entries = [m for m in doc.get("models") or [] if isinstance(m, dict) and m.get("name") == name]
+    if not entries:
+        raise SystemExit(f"{results}: no entry for model {name!r} (an --auto-only run's results are needed)")
+    earlier = entries[0]
+    if earlier.get("error") or "auto_fixes" not in earlier:
+        raise SystemExit(f"{results}: model {name!r} has no completed apply --fix auto run to take the choice from")
+    fields = {key: earlier.get(key) for key in AUTO_FIELDS if key in earlier}
+    fields["auto_from"] = {"file": str(results), "date": earlier.get("date"), "command": earlier.get("command")}
+    return fields
+
+
+def best_compile(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The fastest torch.compile mode this run timed, and the auto variant's time over it: both as the ratio of
+    the medians (``auto_over_best_compile``) and as the ratio of their speedups over the eager samples of their
+    own timing groups (``auto_over_best_compile_by_speedup``: it cancels a drift of the GPU or the host between
+    the groups)."""
+    modes = {mode: us for mode, us in (entry.get("compile") or {}).items() if isinstance(us, (int, float))}
+    if not modes:
+        return None
+    mode = min(modes, key=modes.get)
+    row: dict[str, Any] = {"mode": mode, "us": modes[mode], "modes_timed": sorted(modes)}
+    failed = sorted(m for m, us in (entry.get("compile") or {}).items() if not isinstance(us, (int, float)))
+    if failed:
+        row["modes_failed"] = failed
+    auto_us = entry.get("auto_us")
+    if isinstance(auto_us, (int, float)) and modes[mode] > 0:
+        row["auto_over_best_compile"] = auto_us / modes[mode]
+        compile_x = ((entry.get("compile_speedup") or {}).get(mode) or {}).get("median")
+        auto_x = entry.get("auto_speedup")
+        if compile_x and auto_x:
+            row["auto_over_best_compile_by_speedup"] = compile_x / auto_x
+    return row
 
 
 # --- variants --------------------------------------------------------------------------------------
@@ -773,6 +839,9 @@ def measure_one(args, path: Path, kind: str | None, entry: dict, save, note) -> 
     if args.skip_auto:
         note("apply --fix auto skipped (--skip-auto)")
         entry["auto_skipped"] = True
+    elif args.auto_from is not None:
+        entry.update(auto_from_results(args.auto_from, path.stem))
+        note(f"apply --fix auto's choice from {args.auto_from} ({entry['auto_from']['date']}): {entry['auto_fixes']}")
     else:
         note("apply --fix auto")
         try:
@@ -963,6 +1032,12 @@ def measure_one(args, path: Path, kind: str | None, entry: dict, save, note) -> 
             del compiled_workload, fn
             release(cuda)
     torch._dynamo.reset()
+    entry["best_compile"] = best_compile(entry)
+    if entry["best_compile"] and entry["best_compile"].get("auto_over_best_compile") is not None:
+        note(
+            f"auto {entry['auto_us']:.1f} us = {entry['best_compile']['auto_over_best_compile']:.3f}x the best "
+            f"compile mode ({entry['best_compile']['mode']}, {entry['best_compile']['us']:.1f} us)"
+        )
 
 
 def compile_numerics(eager: Any, compiled: Any, training: bool) -> str:
@@ -1009,6 +1084,8 @@ def child_command(args: argparse.Namespace, name: str, json_out: Path) -> list[s
         command.append("--auto-only")
     if args.skip_auto:
         command.append("--skip-auto")
+    if args.auto_from is not None:
+        command += ["--auto-from", str(args.auto_from)]
     if args.compile_numerics:
         command.append("--compile-numerics")
     if args.apply_dir is not None:
@@ -1133,6 +1210,10 @@ def _us(value: Any) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) else "-"
 
 
+def _ratio(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else "-"
+
+
 def _x(interval: dict | None) -> str:
     if not interval or interval.get("median") is None:
         return "-"
@@ -1158,6 +1239,7 @@ def row_cells(entry: dict[str, Any]) -> list[str]:
         fixes,
         _us(entry.get("fusion_graphs_us")),
         *(_us(compile_us.get(mode)) for mode in COMPILE_MODES),
+        _ratio((entry.get("best_compile") or {}).get("auto_over_best_compile")),
         _us(entry.get("floor_us")),
         f"{entry.get('elapsed_s') or 0:.0f}",
     ]
@@ -1174,15 +1256,16 @@ HEADERS = [
     "compile us",
     "reduce-overhead us",
     "max-autotune us",
+    "auto / best compile",
     "floor us",
     "s",
 ]
-WIDTHS = [26, 7, 9, 9, 22, 14, 9, 9, 9, 9, 8, 5]
+WIDTHS = [26, 7, 9, 9, 22, 14, 9, 9, 9, 9, 7, 8, 5]
 
 
 def header_line() -> str:
     short = ["model", "kind", "eager", "auto", "auto x [95% CI]", "fixes", "fus+gr", "cmp", "cmp r-o", "cmp m-a"]
-    short += ["floor", "s"]
+    short += ["a/cmp", "floor", "s"]
     return " ".join(f"{h:>{w}}" if i > 1 else f"{h:<{w}}" for i, (h, w) in enumerate(zip(short, WIDTHS)))
 
 
@@ -1205,10 +1288,11 @@ def markdown_table(doc: dict[str, Any]) -> str:
         f"(benchmarks/real_models.py; each model's own date and command are in the JSON). Times in µs per step, "
         + ("median of per-step CUDA-event timings" if doc.get("gpu") != "cpu" else "median of time.perf_counter steps")
         + "; speedup = median(eager) / median(auto) with its 95% bootstrap interval; compile columns are "
-        "torch.compile modes default, reduce-overhead, max-autotune.",
+        "torch.compile modes default, reduce-overhead, max-autotune; auto / best compile = auto's median over the "
+        "fastest mode's, all timed in the same process.",
         "",
         "| " + " | ".join(HEADERS[:-1]) + " |",
-        "|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] + ["---:"] * 5) + "|",
+        "|" + "|".join(["---"] * 2 + ["---:"] * 3 + ["---"] + ["---:"] * 6) + "|",
     ]
     for entry in doc.get("models") or []:
         cells = row_cells(entry)[:-1]
@@ -1245,6 +1329,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="only apply --fix auto (its report's timing and search); no re-timed variants, compile groups or floor",
     )
+    parser.add_argument(
+        "--auto-from",
+        type=Path,
+        help="take apply --fix auto's choice from this --auto-only run's results instead of searching again; "
+        "the choice is re-applied (guard on) and timed as the auto variant",
+    )
     parser.add_argument("--compile-numerics", action="store_true", help="run the numerics guard on compiled steps")
     parser.add_argument("--floor-bandwidth", choices=("peaks", "copy"), default="peaks")
     parser.add_argument("--apply-dir", type=Path, help="keep each model's apply report here (default: discarded)")
@@ -1257,6 +1347,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--steps must be >= 2, --rounds >= 1, --warmup >= 0")
     if args.one and args.json_out is None:
         parser.error("--one needs --json-out")
+    if args.auto_from is not None and (args.auto_only or args.skip_auto):
+        parser.error("--auto-from re-times an earlier auto choice: not with --auto-only or --skip-auto")
     return args
 
 
