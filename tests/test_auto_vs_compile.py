@@ -1,0 +1,83 @@
+"""benchmarks/auto_vs_compile.py on the committed H200 runs: the pairs it builds are the same-process ones, and
+what no run measured is said, with the reason a run gave."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "auto_vs_compile.py"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@pytest.fixture(scope="module")
+def avc():
+    spec = importlib.util.spec_from_file_location("auto_vs_compile_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def summary(avc):
+    return {row["model"]: row for row in avc.summarise(avc.DEFAULT_RUNS, avc.DEFAULT_SEARCH)["models"]}
+
+
+def test_committed_summary_is_what_the_script_derives(avc):
+    committed = json.loads((RESULTS / "auto_vs_compile.json").read_text())
+    assert committed["models"] == avc.summarise(avc.DEFAULT_RUNS, avc.DEFAULT_SEARCH)["models"]
+
+
+def test_pairs_come_from_one_process_each(summary):
+    bert = summary["hf_bert_classifier"]
+    ro = [p for p in bert["benchmark_pairs"] if p["mode"] == "reduce-overhead"]
+    assert len(ro) == 1 and ro[0]["file"].endswith("real_models_a.json")
+    assert ro[0]["ratio"] == pytest.approx(809.232 / 807.904)
+    assert bert["worst_benchmark_mode"] == "reduce-overhead" and bert["within_bound"] is True
+    # llama prefill: reduce-overhead in one run, max-autotune in another, each against its own auto timing
+    llama = {p["mode"]: p for p in summary["hf_llama_prefill"]["benchmark_pairs"]}
+    assert llama["reduce-overhead"]["auto_us"] != llama["max-autotune"]["auto_us"]
+    assert llama["reduce-overhead"]["file"] != llama["max-autotune"]["file"]
+
+
+def test_decode_rows_time_auto_s_own_stack_as_the_fusion_graphs_variant(summary):
+    decode = summary["hf_llama_decode"]
+    assert decode["auto_fixes"] == ["fusion", "graphs"]
+    (pair,) = decode["benchmark_pairs"]
+    assert pair["auto_variant"] == "fusion_graphs" and pair["mode"] == "max-autotune"
+    assert pair["ratio"] == pytest.approx(443.472 / 597.136)
+
+
+def test_what_no_run_measured_is_named_with_its_reason(summary):
+    assert summary["hf_vit_infer"]["modes_missing"] == dict.fromkeys(
+        ("default", "reduce-overhead", "max-autotune"), "not run"
+    )
+    assert summary["hf_vit_infer"]["worst_benchmark_ratio"] is None
+    assert (
+        "killed after the 138.0 s per-model limit during stage 'compile max-autotune'"
+        in (summary["hf_gpt2_eager_attention"]["modes_missing"]["max-autotune"])
+    )
+    assert summary["hf_bert_finetune_amp"]["modes_measured"] == ["default", "reduce-overhead"]
+
+
+def test_models_kept_from_a_base_file_do_not_count(avc, tmp_path):
+    run = {"command": "python3 new", "models": []}
+    run["models"].append({"name": "m", "command": "python3 new", "auto_us": 90.0, "compile": {"default": 100.0}})
+    run["models"].append({"name": "n", "command": "python3 old", "auto_us": 500.0, "compile": {"default": 100.0}})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    pairs, _ = avc.benchmark_pairs(path, {"m": ["compile"], "n": ["compile"]})
+    assert [(p["model"], p["ratio"]) for p in pairs] == [("m", 0.9)]
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"models": 3}'])
+def test_a_file_that_is_not_results_is_a_one_line_error(avc, tmp_path, text):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as raised:
+        avc.benchmark_pairs(path, {})
+    assert str(path) in str(raised.value) and "\n" not in str(raised.value)
