@@ -12,11 +12,11 @@ ratio and the modes that have no such pair (and why). Two kinds of pair:
   auto variant, the ``fusion_graphs`` variant when auto kept exactly fusion and graphs) and a compile mode in
   one child process: each against the same eager variant, round-robin, CUDA events, medians. Only the models
   a file's own command measured count (an entry whose ``command`` is the file's).
-- ``search``: ``apply --fix auto``'s own run (``--search``, an ``--auto-only`` results file): the final
-  interleaved before/after median of what auto kept against the compile fix's mode-selection timing of each
-  mode (when compile is in the kept stack) or against the ``compile`` candidate's search timing (when it
-  lost). The mode selection times each mode briefly after its warm-up, not interleaved with auto's final
-  timing, so its pairs are noisier than a benchmark's.
+- ``search``: ``apply --fix auto``'s own run (``--search``, an ``--auto-only`` results file). When auto kept
+  compile alone: its final interleaved after median against the compile fix's mode-selection timing of each
+  mode (brief blocks after each mode's warm-up, not interleaved with that final timing, so noisier than a
+  benchmark's pairs). Otherwise: the kept stack's search timing against the ``compile`` candidate's (compile
+  of the original model alone, in the mode it chose), both from the search's interleaved timing.
 
 The verdict per model is the worst benchmark ratio (the search pairs are listed beside it); ``modes_missing``
 names each of default, reduce-overhead and max-autotune that no benchmark pair covers, with the reason a run
@@ -115,6 +115,8 @@ def search_pairs(doc: dict[str, Any]) -> list[dict]:
         base = {"model": entry.get("name"), "kind": "search", "date": entry.get("date"), "auto_us": auto_us}
         base["auto_fixes"] = entry.get("auto_fixes")
         modes = (((entry.get("auto_facts") or {}).get("compile") or {}).get("modes")) or {}
+        if entry.get("auto_fixes") != ["compile"]:
+            modes = {}  # compile on top of other fixes: its modes are not torch.compile of the user's model
         for mode, row in modes.items():
             if isinstance(row, dict) and isinstance(row.get("step_us"), (int, float)):
                 pairs.append(
@@ -127,16 +129,19 @@ def search_pairs(doc: dict[str, Any]) -> list[dict]:
                         "ratio": auto_us / row["step_us"],
                     }
                 )
-        if "compile" not in (entry.get("auto_fixes") or []):
-            for row in entry.get("auto_search") or []:
+        rows = entry.get("auto_search") or []
+        kept = [r for r in rows if r.get("status") == "kept" and isinstance(r.get("step_us"), (int, float))]
+        if kept and entry.get("auto_fixes") != ["compile"]:
+            for row in rows:
                 if row.get("applied") == ["compile"] and isinstance(row.get("step_us"), (int, float)):
                     pairs.append(
                         {
                             **base,
+                            "auto_us": kept[0]["step_us"],
                             "mode": "the compile candidate's own choice",
                             "compile_us": row["step_us"],
-                            "timing": "the search's candidate timing",
-                            "ratio": auto_us / row["step_us"],
+                            "timing": "the search's candidate timing (the kept stack's and compile alone's)",
+                            "ratio": kept[0]["step_us"] / row["step_us"],
                         }
                     )
     return pairs
@@ -187,8 +192,9 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
 
 def markdown(doc: dict[str, Any]) -> str:
     lines = [
-        "| model | auto fixes | auto / default | auto / reduce-overhead | auto / max-autotune | worst | not measured |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+        "| model | auto fixes | auto / default | auto / reduce-overhead | auto / max-autotune | worst | not measured "
+        "| in auto's own search |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for row in doc["models"]:
         cells = []
@@ -199,10 +205,14 @@ def markdown(doc: dict[str, Any]) -> str:
             )
         worst = row["worst_benchmark_ratio"]
         missing = ", ".join(row["modes_missing"]) or "none"
+        searched = "; ".join(
+            f"{p['ratio']:.3f} vs {'compile alone' if p['mode'].startswith('the compile') else p['mode']}"
+            for p in row["search_pairs"]
+        )
         lines.append(
             f"| {row['model']} | {', '.join(row['auto_fixes'] or []) or 'none'} | "
             + " | ".join(cells)
-            + f" | {'-' if worst is None else f'{worst:.3f}'} | {missing} |"
+            + f" | {'-' if worst is None else f'{worst:.3f}'} | {missing} | {searched or '-'} |"
         )
     return "\n".join(lines) + "\n"
 

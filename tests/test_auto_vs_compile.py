@@ -81,3 +81,13 @@ def test_a_file_that_is_not_results_is_a_one_line_error(avc, tmp_path, text):
     with pytest.raises(SystemExit) as raised:
         avc.benchmark_pairs(path, {})
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_search_pairs_compare_with_compile_of_the_user_s_model(summary):
+    # bf16+compile: the compile inside the stack is not torch.compile of the user's model; compile alone is
+    (vit,) = summary["hf_vit_infer"]["search_pairs"]
+    assert vit["mode"] == "the compile candidate's own choice"
+    assert vit["ratio"] == pytest.approx(1205.2 / 2257.4)
+    # compile alone kept: each mode its selection timed, against auto's final interleaved median
+    bert = {p["mode"]: p["ratio"] for p in summary["hf_bert_finetune_amp"]["search_pairs"]}
+    assert bert == pytest.approx({"default": 8818.2 / 22101.7, "reduce-overhead": 8818.2 / 7598.9}, rel=1e-4)
