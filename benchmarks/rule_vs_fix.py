@@ -20,6 +20,12 @@ host as to run on its GPU, so a GPU saving shows only in part and its measured s
 speed (two runs of channels_last alone: +367 and +2,840 µs); at a larger batch the GPU bounds the step.
 
 Usage (GPU): ``python3 benchmarks/rule_vs_fix.py --out benchmarks/results/rule_vs_fix.json [--pairs ...]``
+
+Without a GPU: ``--rejudge`` re-derives the estimates of pairs already in ``--base`` from the apply runs kept in
+``--apply-dir``; ``--from-kept REPORT:TRACE --pairs MODEL:RULE:FIX`` adds a pair from an ``apply --fix FIX`` run
+kept elsewhere (a committed report.json and its before trace), its measured saving that run's and its estimate
+re-derived with this checkout's rules. Such an entry names its files in ``kept_run`` and stays beside the pair's
+other runs.
 """
 
 from __future__ import annotations
@@ -152,6 +158,60 @@ def run_pair(
         entry["within_30pct"] = abs(measured - estimated) <= BOUND * abs(estimated)
     add_saving_interval(entry)
     return entry
+
+
+def from_kept(model: str, rule: str, fix: str, batch: int | None, report_path: Path, trace_path: Path) -> dict:
+    """A pair from an ``apply --fix FIX`` run made earlier and kept (its report.json and before trace, e.g. one
+    committed under benchmarks/results/): the measured saving is that run's (median before - median after,
+    timed interleaved in its process), the estimate is re-derived from its before trace with this checkout's
+    rules (:func:`rejudge`). No GPU needed."""
+    import shutil
+    import tempfile
+
+    report = json.loads(report_path.read_text())
+    before, after = report.get("before") or {}, report.get("after") or {}
+    outcome = next((f for f in report.get("fixes", []) if f.get("fix_id") == fix), None)
+    if outcome is None or (report.get("source") or {}).get("fix_ids") != [fix]:
+        raise SystemExit(f"error: {report_path} is not an apply run of --fix {fix} alone")
+    rounds = len(before.get("round_medians_us") or [])
+    steps = len(before.get("samples_us") or []) // max(1, rounds)
+    before_us, after_us = before.get("step_time_us"), after.get("step_time_us")
+    entry = {
+        "model": model,
+        "rule": rule,
+        "fix": fix,
+        "batch": batch,
+        "command": (f"GPUADVISOR_REAL_BATCH={batch} " if batch else "")
+        + f"python3 -m gpuadvisor apply examples/real/{model}.py --fix {fix} --rounds {rounds} --steps {steps}",
+        "kept_run": {"report": _relative(report_path), "before_trace": _relative(trace_path)},
+        "rc": 0,
+        "fix_status": outcome.get("status"),
+        "fix_reason": outcome.get("reason"),
+        "numerics": (outcome.get("numerics") or {}).get("detail"),
+        "host_enqueue_us": before.get("host_enqueue_us"),
+        "host_after_fix_measured_us": after.get("host_enqueue_us"),
+        "before_us": before_us,
+        "after_us": after_us,
+        "speedup": report.get("speedup"),
+        "measured_saving_us": before_us - after_us if before_us and after_us else None,
+    }
+    if entry["measured_saving_us"] is not None:
+        entry["measured_saving_pct"] = round(100.0 * entry["measured_saving_us"] / before_us, 2)
+    scratch = Path(tempfile.mkdtemp(prefix="rule_vs_fix_kept_"))
+    try:
+        shutil.copyfile(report_path, scratch / "report.json")
+        shutil.copyfile(trace_path, scratch / "before_trace.json.gz")
+        rejudge(entry, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return entry
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def add_saving_interval(entry: dict) -> None:
@@ -318,7 +378,34 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no runs: re-derive the estimates of --pairs in --base from the apply runs kept in --apply-dir",
     )
+    parser.add_argument(
+        "--from-kept",
+        metavar="REPORT:TRACE",
+        help="no runs: the one pair of --pairs from a kept apply run (its report.json and before trace); "
+        "merged into --base, written to --out",
+    )
     args = parser.parse_args(argv)
+    if args.from_kept:
+        if not args.pairs or "," in args.pairs or args.base is None:
+            parser.error("--from-kept takes one pair in --pairs and a --base to merge into")
+        model, rule, fix, batch = parse_pair(args.pairs)
+        report_path, _, trace_path = args.from_kept.partition(":")
+        entry = from_kept(model, rule, fix, batch, Path(report_path), Path(trace_path))
+        base = json.loads(args.base.read_text())
+        key = _pair_key(model, rule, fix, batch)
+        base["pairs"] = [  # the pair's own runs stay; only an earlier entry of this same kept run is replaced
+            p
+            for p in base["pairs"]
+            if p.get("kept_run") != entry["kept_run"]
+            or _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) != key
+        ]
+        base["pairs"].append(entry)
+        base.setdefault("commands", []).append(
+            "python3 " + " ".join([os.path.relpath(__file__, ROOT), *(argv or sys.argv[1:])])
+        )
+        args.out.write_text(json.dumps(base, indent=2) + "\n")
+        print(key, entry["estimate_judged_us"], entry["measured_saving_us"], entry.get("within_30pct"))
+        return 0
     if args.rejudge:
         base = json.loads(args.base.read_text())
         wanted = {_pair_key(*parse_pair(p)) for p in args.pairs.split(",")} if args.pairs else None

@@ -1,0 +1,50 @@
+"""benchmarks/rule_vs_fix.py --from-kept: a pair built from an apply run committed under benchmarks/results/
+(timm ResNet-50 training at batch 64, ``--fix bf16``, H200), its estimate re-derived with this checkout's rules."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KEPT = ROOT / "benchmarks" / "results" / "ga302_autocast"
+
+
+@pytest.fixture(scope="module")
+def rvf():
+    spec = importlib.util.spec_from_file_location("rule_vs_fix_bench", ROOT / "benchmarks" / "rule_vs_fix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_batch_64_bf16_run_with_a_fast_host_lands_within_30_percent(rvf):
+    entry = rvf.from_kept(
+        "timm_resnet50_train",
+        "GA302",
+        "bf16",
+        None,
+        KEPT / "apply_b64.bf16.report.json",
+        KEPT / "b64_nchw_fp32.trace.json.gz",
+    )
+    assert entry["fired"] and entry["fix_status"] == "applied"
+    assert entry["measured_saving_us"] == pytest.approx(32068.82 - 28536.86)
+    # that run's host enqueued a step in 19.7 ms, under the GPU's 28.5 ms after the fix: no host cap applies
+    assert entry["host_enqueue_us"] == pytest.approx(19684.15)
+    assert entry["estimate_judged_us"] == entry["gpu_saving_us"] == pytest.approx(3444.0, abs=50)
+    assert entry["within_30pct"] is True
+    assert entry["command"].endswith("--fix bf16 --rounds 4 --steps 10")
+
+
+def test_a_kept_run_of_another_fix_is_refused(rvf):
+    with pytest.raises(SystemExit, match="not an apply run of --fix bf16 alone"):
+        rvf.from_kept(
+            "timm_resnet50_train",
+            "GA302",
+            "bf16",
+            None,
+            KEPT / "apply_b64.cl_bf16.report.json",
+            KEPT / "b64_nchw_fp32.trace.json.gz",
+        )
