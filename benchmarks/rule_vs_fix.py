@@ -77,6 +77,18 @@ def _child_env(batch: int | None) -> dict:
     return env
 
 
+def _pair_head(model: str, rule: str, fix: str, batch: int | None, options: str) -> dict:
+    """A pair entry's first fields: what it is and the apply command behind its measurement."""
+    return {
+        "model": model,
+        "rule": rule,
+        "fix": fix,
+        "batch": batch,
+        "command": (f"GPUADVISOR_REAL_BATCH={batch} " if batch else "")
+        + f"python3 -m gpuadvisor apply examples/real/{model}.py --fix {fix} {options}",
+    }
+
+
 def run_pair(
     model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps: int, timeout_s: float, batch: int | None = None
 ) -> dict:
@@ -107,13 +119,7 @@ def run_pair(
     except subprocess.TimeoutExpired:
         rc, err = 124, "timed out"
     entry = {
-        "model": model,
-        "rule": rule,
-        "fix": fix,
-        "batch": batch,
-        "command": (f"GPUADVISOR_REAL_BATCH={batch} " if batch else "")
-        + f"python3 -m gpuadvisor apply examples/real/{model}.py --fix {fix} --rounds {rounds} "
-        f"--steps {steps} --out {folder.name}",
+        **_pair_head(model, rule, fix, batch, f"--rounds {rounds} --steps {steps} --out {folder.name}"),
         "rc": rc,
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -177,12 +183,7 @@ def from_kept(model: str, rule: str, fix: str, batch: int | None, report_path: P
     steps = len(before.get("samples_us") or []) // max(1, rounds)
     before_us, after_us = before.get("step_time_us"), after.get("step_time_us")
     entry = {
-        "model": model,
-        "rule": rule,
-        "fix": fix,
-        "batch": batch,
-        "command": (f"GPUADVISOR_REAL_BATCH={batch} " if batch else "")
-        + f"python3 -m gpuadvisor apply examples/real/{model}.py --fix {fix} --rounds {rounds} --steps {steps}",
+        **_pair_head(model, rule, fix, batch, f"--rounds {rounds} --steps {steps}"),
         "kept_run": {"report": _relative(report_path), "before_trace": _relative(trace_path)},
         "rc": 0,
         "fix_status": outcome.get("status"),

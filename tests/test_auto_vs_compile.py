@@ -3,11 +3,11 @@ what no run measured is said, with the reason a run gave."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "auto_vs_compile.py"
@@ -16,10 +16,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 @pytest.fixture(scope="module")
 def avc():
-    spec = importlib.util.spec_from_file_location("auto_vs_compile_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("auto_vs_compile")
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,13 @@ re-timing of an earlier auto choice (CPU: the tiny MLP as a one-model suite)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "real_models.py"
@@ -17,10 +17,7 @@ SCRIPT = ROOT / "benchmarks" / "real_models.py"
 
 @pytest.fixture(scope="module")
 def real_models():
-    spec = importlib.util.spec_from_file_location("real_models_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("real_models")
 
 
 def test_best_compile_takes_the_fastest_mode_that_ran(real_models):

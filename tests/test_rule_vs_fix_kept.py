@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 KEPT = ROOT / "benchmarks" / "results" / "ga302_autocast"
@@ -14,10 +14,7 @@ KEPT = ROOT / "benchmarks" / "results" / "ga302_autocast"
 
 @pytest.fixture(scope="module")
 def rvf():
-    spec = importlib.util.spec_from_file_location("rule_vs_fix_bench", ROOT / "benchmarks" / "rule_vs_fix.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("rule_vs_fix")
 
 
 def test_batch_64_bf16_run_with_a_fast_host_lands_within_30_percent(rvf):
