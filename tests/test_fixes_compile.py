@@ -150,3 +150,19 @@ def test_the_search_times_what_applied_against_the_original_and_says_why_each_ot
         assert result.winner == 1 and compiled["status"] == "kept"
     # graphs' refusal is reported beside the result, so the user sees why it is not in it.
     assert any(o.fix_id == "graphs" and o.status == "refused" for o in result.outcomes)
+
+
+def test_the_mode_choice_says_how_briefly_it_was_timed(monkeypatch):
+    # Two modes that run on the CPU, through dynamo's eager backend (no code generation): the change list names
+    # both times and says they come from the selection's own short timing, not the before/after timing.
+    monkeypatch.setenv("GPUADVISOR_COMPILE_MODES", "default,max-autotune-no-cudagraphs")
+    monkeypatch.setenv("GPUADVISOR_COMPILE_BACKEND", "eager")
+    torch._dynamo.reset()
+    workload = load_workload(str(Path(__file__).resolve().parent.parent / "examples" / "tiny_mlp.py"))
+    patched, (outcome,) = apply_fixes(workload, ["compile"], guard=False)
+    assert outcome.status == "applied", outcome.reason
+    assert sorted(outcome.facts["modes"]) == ["default", "max-autotune-no-cudagraphs"]
+    (line,) = [c for c in outcome.changes if c.startswith("mode chosen by measurement")]
+    assert line.startswith("mode chosen by measurement (10 steps back to back per mode after its warm-up): ")
+    assert outcome.facts["mode"] in line.split(": ", 1)[1].split(" ")[0]
+    torch._dynamo.reset()

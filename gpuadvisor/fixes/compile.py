@@ -247,7 +247,10 @@ class CompileFix(Fix):
                 for mode, info in tried.items()
                 if mode != chosen and info["step_us"]
             )
-            changes.append(f"mode chosen by measurement: {chosen} {facts['step_us']:,.0f} µs per step; {others}")
+            changes.append(
+                f"mode chosen by measurement ({TIMING_STEPS} steps back to back per mode after its warm-up): "
+                f"{chosen} {facts['step_us']:,.0f} µs per step; {others}"
+            )
         changes.append(f"first call (compilation) took {facts['compile_s']:.1f} s")
         if facts["graph_breaks"]:
             changes.append(f"{facts['graph_breaks']} graph break(s): " + "; ".join(facts["graph_break_reasons"]))
