@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gpuadvisor.outputs import write_atomic  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_RUNS = [
     *sorted((RESULTS / "auto_vs_compile").glob("real_models_*.json")),
@@ -114,24 +116,25 @@ def search_pairs(doc: dict[str, Any]) -> list[dict]:
         auto_us = entry["apply_report_auto_us"]
         base = {"model": entry.get("name"), "kind": "search", "date": entry.get("date"), "auto_us": auto_us}
         base["auto_fixes"] = entry.get("auto_fixes")
-        modes = (((entry.get("auto_facts") or {}).get("compile") or {}).get("modes")) or {}
-        if entry.get("auto_fixes") != ["compile"]:
-            modes = {}  # compile on top of other fixes: its modes are not torch.compile of the user's model
-        for mode, row in modes.items():
-            if isinstance(row, dict) and isinstance(row.get("step_us"), (int, float)):
-                pairs.append(
-                    {
-                        **base,
-                        "mode": mode,
-                        "compile_us": row["step_us"],
-                        "compile_s": row.get("compile_s"),
-                        "timing": "the compile fix's mode selection",
-                        "ratio": auto_us / row["step_us"],
-                    }
-                )
+        if entry.get("auto_fixes") == ["compile"]:  # compile alone kept: each mode its selection timed
+            modes = ((entry.get("auto_facts") or {}).get("compile") or {}).get("modes") or {}
+            for mode, row in modes.items():
+                if isinstance(row, dict) and isinstance(row.get("step_us"), (int, float)):
+                    pairs.append(
+                        {
+                            **base,
+                            "mode": mode,
+                            "compile_us": row["step_us"],
+                            "compile_s": row.get("compile_s"),
+                            "timing": "the compile fix's mode selection",
+                            "ratio": auto_us / row["step_us"],
+                        }
+                    )
+            continue
+        # otherwise compile inside the stack is not torch.compile of the user's model: compile alone is
         rows = entry.get("auto_search") or []
         kept = [r for r in rows if r.get("status") == "kept" and isinstance(r.get("step_us"), (int, float))]
-        if kept and entry.get("auto_fixes") != ["compile"]:
+        if kept:
             for row in rows:
                 if row.get("applied") == ["compile"] and isinstance(row.get("step_us"), (int, float)):
                     pairs.append(
@@ -215,18 +218,6 @@ def markdown(doc: dict[str, Any]) -> str:
             + f" | {'-' if worst is None else f'{worst:.3f}'} | {missing} | {searched or '-'} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

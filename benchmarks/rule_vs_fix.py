@@ -171,10 +171,15 @@ def from_kept(model: str, rule: str, fix: str, batch: int | None, report_path: P
     committed under benchmarks/results/): the measured saving is that run's (median before - median after,
     timed interleaved in its process), the estimate is re-derived from its before trace with this checkout's
     rules (:func:`rejudge`). No GPU needed."""
-    import shutil
-    import tempfile
-
-    report = json.loads(report_path.read_text())
+    for path in (report_path, trace_path):
+        if not path.is_file():
+            raise SystemExit(f"error: {path}: no such file")
+    try:
+        report = json.loads(report_path.read_text())
+    except ValueError as error:
+        raise SystemExit(f"error: {report_path}: not a JSON report ({error})") from None
+    if not isinstance(report, dict):
+        raise SystemExit(f"error: {report_path}: not an apply report")
     before, after = report.get("before") or {}, report.get("after") or {}
     outcome = next((f for f in report.get("fixes", []) if f.get("fix_id") == fix), None)
     if outcome is None or (report.get("source") or {}).get("fix_ids") != [fix]:
@@ -198,14 +203,7 @@ def from_kept(model: str, rule: str, fix: str, batch: int | None, report_path: P
     }
     if entry["measured_saving_us"] is not None:
         entry["measured_saving_pct"] = round(100.0 * entry["measured_saving_us"] / before_us, 2)
-    scratch = Path(tempfile.mkdtemp(prefix="rule_vs_fix_kept_"))
-    try:
-        shutil.copyfile(report_path, scratch / "report.json")
-        shutil.copyfile(trace_path, scratch / "before_trace.json.gz")
-        rejudge(entry, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return entry
+    return rejudge(entry, report_path, trace_path)
 
 
 def _relative(path: Path) -> str:
@@ -323,16 +321,16 @@ def run_manual_pair(model: str, rule: str, fix: str, out_dir: Path, rounds: int,
     return entry
 
 
-def rejudge(entry: dict, folder: Path) -> dict:
-    """The pair's estimate re-derived with this checkout's rules from the apply run it kept in ``folder``
-    (its before trace and report.json: the timed step and host time as that run measured them); the measured
-    saving stays the run's. No GPU needed."""
+def rejudge(entry: dict, report_path: Path, trace_path: Path) -> dict:
+    """The pair's estimate re-derived with this checkout's rules from the apply run it kept (its report.json and
+    before trace: the timed step and host time as that run measured them); the measured saving stays the run's.
+    No GPU needed."""
     from gpuadvisor.pipeline import analyze_path
     from gpuadvisor.report.profiled import rescale_savings
     from gpuadvisor.rules.engine import load_rules
 
-    kept = json.loads((folder / "report.json").read_text())
-    report = analyze_path(folder / "before_trace.json.gz")
+    kept = json.loads(report_path.read_text())
+    report = analyze_path(trace_path)
     summary = report["summary"]
     summary["trace_step_time_us"] = summary.get("step_time_us")
     for key in ("step_time_us", "host_enqueue_us", "optimizer_step_host_us"):
@@ -414,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             key = _pair_key(entry["model"], entry["rule"], entry["fix"], entry.get("batch"))
             folder = args.apply_dir / Path(entry["command"].rsplit("--out ", 1)[-1].split()[0]).name
             if (wanted is None or key in wanted) and (folder / "before_trace.json.gz").is_file():
-                rejudge(entry, folder)
+                rejudge(entry, folder / "report.json", folder / "before_trace.json.gz")
                 print(key, entry["estimate_judged_us"], entry["measured_saving_us"], entry["within_30pct"])
         base.setdefault("commands", []).append(
             "python3 " + " ".join([os.path.relpath(__file__, ROOT), *(argv or sys.argv[1:])])

@@ -45,3 +45,13 @@ def test_a_kept_run_of_another_fix_is_refused(rvf):
             KEPT / "apply_b64.cl_bf16.report.json",
             KEPT / "b64_nchw_fp32.trace.json.gz",
         )
+
+
+@pytest.mark.parametrize("text", [None, "", "{", "[]"])
+def test_a_missing_or_malformed_report_is_a_one_line_error(rvf, tmp_path, text):
+    report = tmp_path / "report.json"
+    if text is not None:
+        report.write_text(text)
+    with pytest.raises(SystemExit) as raised:
+        rvf.from_kept("timm_resnet50_train", "GA302", "bf16", None, report, KEPT / "b64_nchw_fp32.trace.json.gz")
+    assert str(raised.value).startswith(f"error: {report}") and "\n" not in str(raised.value)
