@@ -89,6 +89,17 @@ def _pair_head(model: str, rule: str, fix: str, batch: int | None, options: str)
     }
 
 
+def _replace_run(pairs: list[dict], entry: dict) -> tuple[list[dict], list[dict]]:
+    """``pairs`` with ``entry`` in place of the earlier runs of its pair, and those earlier runs. An entry built
+    from a kept apply run (``kept_run``) is another measurement of the pair and is never replaced by a run."""
+    key = _pair_key(entry["model"], entry["rule"], entry["fix"], entry.get("batch"))
+
+    def same(p: dict) -> bool:
+        return not p.get("kept_run") and _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) == key
+
+    return [p for p in pairs if not same(p)] + [entry], [p for p in pairs if same(p)]
+
+
 def run_pair(
     model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps: int, timeout_s: float, batch: int | None = None
 ) -> dict:
@@ -436,7 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         "pairs": [],
     }
     if args.base and args.base.is_file():
-        result["pairs"] = json.loads(args.base.read_text()).get("pairs", [])
+        base = json.loads(args.base.read_text())
+        result["pairs"] = base.get("pairs", [])
+        result["earlier_runs"] = base.get("earlier_runs", [])
+        result["commands"] = [*base.get("commands", []), result["command"]]
     for model, rule, fix, batch in pairs:
         args.apply_dir.mkdir(parents=True, exist_ok=True)
         if fix in MANUAL:
@@ -446,11 +460,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             entry = run_pair(model, rule, fix, args.apply_dir, args.rounds, args.steps, args.timeout_s, batch)
         entry["date"] = result["date"]
-        key = _pair_key(model, rule, fix, batch)
-        result["pairs"] = [
-            p for p in result["pairs"] if _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) != key
-        ]
-        result["pairs"].append(entry)
+        result["pairs"], replaced = _replace_run(result["pairs"], entry)
+        if replaced:  # an earlier run of the pair on another day's host stays on record, marked as replaced
+            result.setdefault("earlier_runs", []).extend({**p, "replaced_by": entry["date"]} for p in replaced)
         print(
             json.dumps(
                 {

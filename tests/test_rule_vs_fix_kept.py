@@ -55,3 +55,13 @@ def test_a_missing_or_malformed_report_is_a_one_line_error(rvf, tmp_path, text):
     with pytest.raises(SystemExit) as raised:
         rvf.from_kept("timm_resnet50_train", "GA302", "bf16", None, report, KEPT / "b64_nchw_fp32.trace.json.gz")
     assert str(raised.value).startswith(f"error: {report}") and "\n" not in str(raised.value)
+
+
+def test_a_new_run_keeps_the_pairs_earlier_runs_on_record(rvf):
+    slow = {"model": "m", "rule": "GA203", "fix": "channels_last", "batch": None, "date": "d1"}
+    kept = {**slow, "kept_run": "report.json", "date": None}
+    other = {**slow, "batch": 192}
+    new = {**slow, "date": "d2"}
+    pairs, replaced = rvf._replace_run([slow, kept, other], new)
+    assert pairs == [kept, other, new]  # the kept-run entry and the other batch stay beside the new run
+    assert replaced == [slow]
