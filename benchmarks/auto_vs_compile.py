@@ -19,14 +19,15 @@ ratio and the modes that have no such pair (and why). Two kinds of pair:
   of the original model alone, in the mode it chose), both from the search's interleaved timing.
 
 The verdict per model is the worst benchmark ratio (the search pairs are listed beside it); ``modes_missing``
-names each of default, reduce-overhead and max-autotune that no benchmark pair covers, with the reason a run
-gave (a per-model time limit reached while that mode compiled) or "not run".
+names each of default, reduce-overhead and max-autotune that no benchmark pair covers, with the reason each run
+that tried it gave (a per-model time limit reached while that mode compiled) or "not run".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,11 +100,13 @@ def benchmark_pairs(path: Path, auto_fixes: dict[str, list[str]]) -> tuple[list[
                     }
                 )
             elif isinstance(us, dict):
-                unfinished.setdefault(name, {})[mode] = f"{us.get('error')} ({_relative(path)})"
+                unfinished.setdefault(name, {}).setdefault(mode, []).append(f"{us.get('error')} ({_relative(path)})")
         stage = str(entry.get("stage") or "")
         if entry.get("error") and stage.startswith("compile "):
             mode = stage.split(" ", 1)[1]
-            unfinished.setdefault(name, {})[mode] = f"{entry['error']} ({_relative(path)}, {entry.get('date')})"
+            unfinished.setdefault(name, {}).setdefault(mode, []).append(
+                f"{entry['error']} ({_relative(path)}, {entry.get('date')})"
+            )
     return pairs, unfinished
 
 
@@ -160,7 +163,8 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
         pairs, missing = benchmark_pairs(path, auto_fixes)
         bench += pairs
         for name, modes in missing.items():
-            unfinished.setdefault(name, {}).update(modes)
+            for mode, attempts in modes.items():
+                unfinished.setdefault(name, {}).setdefault(mode, []).extend(attempts)
     searched = search_pairs(search_doc)
     models = []
     for name in auto_fixes:
@@ -179,7 +183,7 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
                 "within_bound": (worst["ratio"] <= BOUND) if worst else None,
                 "modes_measured": sorted(covered),
                 "modes_missing": {
-                    mode: (unfinished.get(name) or {}).get(mode, "not run") for mode in MODES if mode not in covered
+                    mode: (unfinished.get(name) or {}).get(mode) or ["not run"] for mode in MODES if mode not in covered
                 },
             }
         )
@@ -191,6 +195,15 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
         "method": __doc__.split("\n\n", 2)[2].strip(),
         "models": models,
     }
+
+
+def _missing_cell(mode: str, attempts: list[str]) -> str:
+    """A missing mode for the table: its name, and the per-model limits it was still compiling at."""
+    limits = [m.group(1) for a in attempts if (m := re.search(r"after the ([0-9.]+) s per-model limit", a))]
+    if not limits:
+        return mode
+    seconds = " and ".join(f"{x:.0f}" for x in sorted(float(x) for x in limits))
+    return f"{mode} (run killed while it compiled, at a per-model limit of {seconds} s)"
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -207,7 +220,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 ", ".join(f"{p['ratio']:.3f} ({p['auto_us']:,.0f} / {p['compile_us']:,.0f})" for p in pairs) or "-"
             )
         worst = row["worst_benchmark_ratio"]
-        missing = ", ".join(row["modes_missing"]) or "none"
+        missing = ", ".join(_missing_cell(mode, why) for mode, why in row["modes_missing"].items()) or "none"
         searched = "; ".join(
             f"{p['ratio']:.3f} vs {'compile alone' if p['mode'].startswith('the compile') else p['mode']}"
             for p in row["search_pairs"]
