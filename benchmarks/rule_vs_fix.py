@@ -157,6 +157,8 @@ def run_pair(
             "estimate_judged_us": estimated,
             "host_enqueue_us": ((finding or {}).get("evidence") or {}).get("host_enqueue_us"),
             "host_after_fix_us": ((finding or {}).get("evidence") or {}).get("host_after_fix_us"),
+            # the after side's own probe: what the host-capped estimate assumed, measured
+            "host_after_fix_measured_us": report.get("after", {}).get("host_enqueue_us"),
             "gpu_saving_us": ((finding or {}).get("evidence") or {}).get("gpu_saving_us"),
             "estimated_saving_pct": finding.get("estimated_saving_pct") if finding else None,
             "basis": (finding.get("evidence") or {}).get("basis") if finding else None,

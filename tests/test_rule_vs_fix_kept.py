@@ -1,8 +1,11 @@
 """benchmarks/rule_vs_fix.py --from-kept: a pair built from an apply run committed under benchmarks/results/
-(timm ResNet-50 training at batch 64, ``--fix bf16``, H200), its estimate re-derived with this checkout's rules."""
+(timm ResNet-50 training at batch 64, ``--fix bf16``, H200), its estimate re-derived with this checkout's rules;
+and what a run's entry keeps: the earlier runs of its pair, the after side's own host time."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,30 @@ def test_a_new_run_keeps_the_pairs_earlier_runs_on_record(rvf):
     pairs, replaced = rvf._replace_run([slow, kept, other], new)
     assert pairs == [kept, other, new]  # the kept-run entry and the other batch stay beside the new run
     assert replaced == [slow]
+
+
+def test_a_run_records_the_after_sides_host_time_beside_the_assumed_one(rvf, tmp_path, monkeypatch):
+    evidence = {"host_enqueue_us": 30221.5, "host_after_fix_us": 31657.8, "gpu_saving_us": 7672.8}
+    evidence["expected_alone_us"] = 527.6
+    report = {
+        "before": {
+            "step_time_us": 32185.4,
+            "host_enqueue_us": 30221.5,
+            "findings": [{"rule_id": "GA203", "estimated_saving_us_per_step": 527.6, "evidence": evidence}],
+        },
+        "after": {"step_time_us": 30835.3, "host_enqueue_us": 30402.0},
+        "fixes": [{"fix_id": "channels_last", "status": "applied"}],
+        "speedup": {"median": 1.044, "ci_low": 1.022, "ci_high": 1.089},
+    }
+
+    def fake_apply(command, **kwargs):
+        folder = Path(command[command.index("--out") + 1])
+        folder.mkdir(parents=True)
+        (folder / "report.json").write_text(json.dumps(report))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(rvf.subprocess, "run", fake_apply)
+    entry = rvf.run_pair("timm_resnet50_train", "GA203", "channels_last", tmp_path, 6, 10, 90)
+    assert entry["host_after_fix_us"] == 31657.8 and entry["host_after_fix_measured_us"] == 30402.0
+    assert entry["measured_saving_us"] == pytest.approx(1350.1)
+    assert entry["within_30pct"] is False and entry["measured_saving_ci_us"][0] < 1350.1 * 0.7
