@@ -92,7 +92,7 @@ from gpuadvisor.steps import (
     user_stdout_to_stderr,
     warm_up,
 )
-from gpuadvisor.workload import default_step
+from gpuadvisor.workload import user_defined_step
 
 if TYPE_CHECKING:
     from gpuadvisor.capture.nvml import NvmlSampler
@@ -295,7 +295,7 @@ def run_apply(
 
                 graph_replay = graph_replay_facts(after_trace, peaks_file)
             report = build_apply_report(
-                with_step=workload.step is not default_step,
+                with_step=user_defined_step(workload.step),
                 model_path=model_path,
                 out_dir=out_dir,
                 fix_text=text,

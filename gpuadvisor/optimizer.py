@@ -24,7 +24,14 @@ from typing import Any
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.fixes.base import FixOutcome
 from gpuadvisor.fixes.registry import apply_fixes, fix_order, resolve_fix_ids
-from gpuadvisor.workload import Workload, default_step, make_step_fn
+from gpuadvisor.workload import (
+    Workload,
+    as_batch,
+    batch_step,
+    default_batch_step,
+    default_step,
+    make_step_fn,
+)
 
 
 class OptimizedModel:
@@ -34,12 +41,17 @@ class OptimizedModel:
     ``model`` (the patched model; with graphs, the model the graph reads).
     """
 
-    def __init__(self, workload: Workload, fixes: list[FixOutcome]):
+    def __init__(self, workload: Workload, fixes: list[FixOutcome], *, batch: bool = False):
         self.workload = workload
         self.fixes = fixes
         self.model = workload.model
+        self.batch = batch  # the example inputs were a dict of keyword inputs: opt(batch) or opt(**batch)
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self.batch:
+            if (kwargs and inputs) or len(inputs) > 1 or (inputs and not isinstance(inputs[0], dict)):
+                raise TypeError("pass the batch as one dict, opt(batch), or as keywords, opt(**batch)")
+            return self.workload.step(self.workload.model, (inputs[0] if inputs else kwargs,))
         if kwargs:
             if self.workload.step is not default_step:
                 raise TypeError(
@@ -78,7 +90,9 @@ def optimize(
 
     ``fixes``: fix ids (``"graphs"``, ``"fusion"``, ``"fp8"``) or one comma-separated string; they run in the
     registry's order whatever the order given. ``step(model, inputs)``: what one call does (default
-    ``model(*inputs)``). ``guard``: run the numerics guard after each fix. ``strict``: raise BadInputError
+    ``model(*inputs)``). ``example_inputs`` may be a dict of keyword inputs (a batch): ``step(model, batch)``
+    then takes the dict (default ``model(**batch)``), and the result is called as ``opt(batch)`` or
+    ``opt(**batch)``. ``guard``: run the numerics guard after each fix. ``strict``: raise BadInputError
     when a requested fix is not applied, instead of warning and falling back.
     """
     text = fixes if isinstance(fixes, str) else ",".join(fixes)
@@ -87,11 +101,15 @@ def optimize(
     fix_ids = resolve_fix_ids(text, [], api=True)
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
+    batch = isinstance(example_inputs, dict)
+    example_inputs = as_batch(example_inputs, "gpuadvisor.optimize") or example_inputs
     if not isinstance(example_inputs, tuple):
         raise BadInputError(
-            f"example_inputs must be a tuple of the model's positional inputs, got {type(example_inputs).__name__}"
-            " (write (x,) for a single input)"
+            f"example_inputs must be a tuple of the model's positional inputs or a dict of keyword inputs, got"
+            f" {type(example_inputs).__name__} (write (x,) for a single input)"
         )
+    if batch:  # (batch,) inside; the step takes the dict (default: model(**batch))
+        step = batch_step(step) if step else default_batch_step
     step = step or default_step
     label = f"<optimize {type(model).__name__}>"
     workload = Workload(
@@ -110,7 +128,7 @@ def optimize(
         if strict:
             raise BadInputError(f"gpuadvisor.optimize: {reasons}")
         warnings.warn(f"gpuadvisor.optimize: {reasons} (running without it)", RuntimeWarning, stacklevel=2)
-    return OptimizedModel(final, outcomes)
+    return OptimizedModel(final, outcomes, batch=batch)
 
 
 def keep_lines(fix_ids: Iterable[str], *, with_step: bool = False) -> list[str]:

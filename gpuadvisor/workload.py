@@ -12,6 +12,10 @@ A workload file is a plain Python file::
     def step(model, inputs):     # optional: one training/inference step; default: model(*inputs)
         return model(*inputs)
 
+The example inputs may also be a dict of keyword inputs (a batch such as ``{"input_ids": ..., "labels": ...}``):
+``step(model, batch)`` then receives that dict, and the default step is ``model(**batch)``. Inside, the inputs
+are the 1-tuple ``(batch,)``, so every fix treats the batch as one nested input.
+
 ``load_workload("model.py")`` imports the file in-process (its folder is on ``sys.path`` while it
 loads, so it can import its neighbours), calls ``build()`` once and returns a :class:`Workload`
 whose ``step_fn()`` runs one step. ``entry`` names another build function: ``"build_small"`` (a
@@ -28,6 +32,7 @@ Torch is not imported here: loading a workload imports whatever the user's file 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
@@ -55,6 +60,51 @@ _MAX_ERROR_CHARS = 300
 def default_step(model: Any, inputs: tuple) -> Any:
     """The step used when the file defines none: one call of the model on the example inputs."""
     return model(*inputs)
+
+
+def default_batch_step(model: Any, inputs: tuple) -> Any:
+    """The step used when the example inputs are a dict of keyword inputs and the file defines none:
+    ``model(**batch)``, the batch being the 1-tuple's only item."""
+    (batch,) = inputs
+    return model(**batch)
+
+
+def batch_step(step: Callable[[Any, Any], Any]) -> Callable[[Any, tuple], Any]:
+    """The file's ``step(model, batch)`` for example inputs given as a dict: called with the dict itself, out of
+    the 1-tuple ``(batch,)`` that the inputs are inside. ``functools.wraps``, so that what reads the step's
+    source or globals (the graphs and optimizer checks) reads the user's."""
+
+    @functools.wraps(step)
+    def step_on_batch(model: Any, inputs: tuple) -> Any:
+        (batch,) = inputs
+        return step(model, batch)
+
+    return step_on_batch
+
+
+def user_defined_step(step: Callable[[Any, tuple], Any]) -> bool:
+    """Whether ``step`` is the file's own (possibly behind :func:`batch_step`), not one of the defaults."""
+    return step is not default_step and step is not default_batch_step
+
+
+def as_batch(inputs: Any, label: str) -> tuple | None:
+    """``(inputs,)`` when ``inputs`` is a dict of keyword inputs; None for anything else. A mapping that is
+    not a dict (transformers' BatchEncoding) is refused with the fix: the fixes walk dicts, not other
+    mappings, so its tensors would be missed."""
+    from collections.abc import Mapping
+
+    if isinstance(inputs, dict):
+        if not all(isinstance(key, str) for key in inputs):
+            raise BadInputError(
+                f"{label}: a dict of example inputs needs str keys (keyword names), got {_show(inputs)}"
+            )
+        return (inputs,)
+    if isinstance(inputs, Mapping):
+        raise BadInputError(
+            f"{label}: example inputs are a {type(inputs).__name__}; return a tuple, or a plain dict of keyword"
+            " inputs (dict(batch))"
+        )
+    return None
 
 
 @dataclass
@@ -133,7 +183,8 @@ def load_workload(path: str, entry: str | None = None) -> Workload:
         except BaseException as error:  # a build() that calls sys.exit() failed too
             raise UserCodeError(f"{label}: {function_name}() raised {describe_error(error)}") from error
     model, inputs = _check_built(built, label, function_name, needs_callable_model=step is None)
-
+    if isinstance(built[1], dict):  # a batch of keyword inputs: (batch,) inside, the dict in the step
+        step = default_batch_step if step is None else batch_step(step)
     if step is None:
         step = default_step
     return Workload(
@@ -242,6 +293,7 @@ def _check_built(built: Any, label: str, function_name: str, *, needs_callable_m
     model, inputs = built
     if isinstance(inputs, list):
         inputs = tuple(inputs)
+    inputs = as_batch(inputs, label) or inputs
     if not isinstance(inputs, tuple):
         hint = " (write (x,) for a single input)" if type(inputs).__name__ in ("Tensor", "Parameter") else ""
         raise BadInputError(f"{label}: {expected}, got ({type(model).__name__}, {_show(inputs)}){hint}")

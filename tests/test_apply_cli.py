@@ -627,3 +627,42 @@ def test_run_apply_gives_its_side_reports_its_own_wording(tmp_path, monkeypatch)
     )
     assert seen == ["--steps, --rounds"] * 2
     assert _options_named(seen[0]) <= _apply_options()
+
+
+BATCH_TRAIN = """
+import torch
+from torch import nn
+
+
+class State:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, foreach=False)
+
+
+def build():
+    batch = {"features": torch.randn(4, 8), "labels": torch.randint(0, 3, (4,))}
+    return State(), batch
+
+
+def step(state, batch):
+    state.optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(state.model(batch["features"]), batch["labels"])
+    loss.backward()
+    state.optimizer.step()
+    return loss.detach()
+"""
+
+
+def test_a_training_step_on_a_batch_dict_is_fixed_and_kept_with_its_step(tmp_path, cli):
+    """A step written as transformers users write it, step(state, batch) with a dict batch: the fix applies
+    and the keep line passes the file's step on (optimize takes the dict too)."""
+    path = tmp_path / "batch_train.py"
+    path.write_text(BATCH_TRAIN)
+    result = cli("apply", path, "--fix", "fused_optimizer", "--out", tmp_path / "out", "--format", "json", *FAST)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (outcome,) = report["fixes"]
+    assert outcome["fix_id"] == "fused_optimizer" and outcome["status"] == "applied", outcome
+    assert any("step=step" in line for line in report["keep"]), report["keep"]

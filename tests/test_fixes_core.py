@@ -536,6 +536,33 @@ def test_optimize_bad_arguments():
         optimize(nn.Linear(2, 2), torch.randn(1, 2))
 
 
+class KeywordNet(nn.Module):
+    """A model called with keyword inputs, as transformers models are: model(input_ids=..., scale=...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, features, scale):
+        return self.linear(features) * scale
+
+
+def test_optimize_takes_a_batch_dict_and_is_called_with_it_or_its_keywords():
+    torch.manual_seed(0)
+    model = KeywordNet()
+    batch = {"features": torch.randn(2, 4), "scale": torch.tensor(3.0)}
+    opt = optimize(model, batch, fixes=["fused_optimizer"], guard=False)  # refused (no optimizer): runs as is
+    assert opt.workload.inputs == (batch,)
+    expected = model(**batch)
+    assert torch.equal(opt(batch), expected) and torch.equal(opt(**batch), expected)
+    with pytest.raises(TypeError, match=r"opt\(batch\)"):
+        opt(batch, batch)
+    # a step of the user's own takes the dict itself
+    seen = []
+    opt = optimize(model, batch, fixes=["fused_optimizer"], guard=False, step=lambda m, b: seen.append(b) or m(**b))
+    assert torch.equal(opt(batch), expected) and seen[-1] is batch
+
+
 @pytest.mark.parametrize("fixes", [[], (), "", " , "])
 def test_optimize_without_a_fix_speaks_the_api_terms(fixes):
     """Issue 16: fixes=[] said "--fix: no fix named; expected auto or ..." (a CLI flag, and a value optimize

@@ -203,3 +203,50 @@ def test_bad_entry(tmp_path):
     path = write(tmp_path, GOOD)
     assert "expected FUNCTION or package.module:FUNCTION" in load_error(path, BadInputError, "not valid!")
     assert "no function build_other()" in load_error(path, BadInputError, "build_other")
+
+
+BATCH = """
+    class Net:
+        def __call__(self, input_ids, labels=None):
+            return sum(input_ids) * (labels or 1)
+
+    def build():
+        return Net(), {"input_ids": [1, 2, 3], "labels": 2}
+"""
+
+
+def test_a_batch_dict_without_a_step_is_called_as_keywords(tmp_path):
+    from gpuadvisor.workload import user_defined_step
+
+    workload = load_workload(write(tmp_path, BATCH))
+    assert workload.inputs == ({"input_ids": [1, 2, 3], "labels": 2},)  # one nested input, for every fix
+    assert workload.step_fn() == 12
+    assert not user_defined_step(workload.step)  # the keep line then passes no step=step
+
+
+def test_a_batch_dict_reaches_the_files_own_step_as_the_dict(tmp_path):
+    from gpuadvisor.fixes.copying import step_source
+    from gpuadvisor.workload import user_defined_step
+
+    path = write(
+        tmp_path, textwrap.dedent(BATCH) + "\ndef step(model, batch):\n    return model(**batch) + len(batch)\n"
+    )
+    workload = load_workload(path)
+    assert workload.step_fn() == 14
+    assert user_defined_step(workload.step)
+    # what reads the step's source (the graphs and autocast checks) reads the file's step, not the wrapper
+    assert "len(batch)" in step_source(workload.step)[0]
+    # a fix that swaps the inputs passes a new 1-tuple; the step gets its dict
+    assert workload.with_model(workload.model, ({"input_ids": [5], "labels": None},)).step_fn() == 7
+
+
+@pytest.mark.parametrize(
+    ("returned", "fragment"),
+    [
+        ("{1: 2}", "needs str keys (keyword names), got dict {1: 2}"),
+        ('types.MappingProxyType({"x": 1})', "example inputs are a mappingproxy; return a tuple, or a plain dict"),
+    ],
+)
+def test_a_batch_that_is_not_a_plain_dict_of_keywords_is_a_one_line_error(tmp_path, returned, fragment):
+    path = write(tmp_path, f"import types\n\ndef build():\n    return abs, {returned}\n")
+    assert fragment in load_error(path, BadInputError)
