@@ -474,6 +474,18 @@ def test_step_without_tensors_cannot_be_judged():
     assert not result.passed and "no floating tensor" in result.detail
 
 
+def test_a_step_returning_only_token_ids_is_not_judged_and_says_what_to_return():
+    """A generate() step returns token ids: equal ids cannot show a fix's float error, so the guard asks for
+    the scores instead of passing it."""
+    model = nn.Linear(4, 8)
+    original = Workload("gen.py", model, (torch.randn(3, 4),), lambda: None, None, "gen")
+    original = original.with_step(model, lambda m, inputs: m(*inputs).argmax(-1))
+    result = check_numerics(original, original.with_model(copy.deepcopy(model)), "model")
+    assert not result.passed
+    assert "only integer tensors (output, int64; equal to the original's in every trial)" in result.detail
+    assert "output_scores=True" in result.detail
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # GraphedStep input checks (CPU: a stand-in graph)
 
