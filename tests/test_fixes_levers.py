@@ -263,6 +263,18 @@ def test_bf16_refusals(monkeypatch):
     )
 
 
+def test_bf16_on_a_model_the_user_already_compiled_is_judged_eagerly():
+    """A model passed in as torch.compile(model): the guard's bf16-rounded run wraps the step in a
+    TorchFunctionMode, under which dynamo raised NameError ('___get_torch_function_mode_stack_at') and the fix
+    'failed'; the emulated runs now run compiled code eagerly (torch.compiler.set_stance)."""
+    torch.manual_seed(0)
+    compiled = torch.compile(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)).eval(), backend="eager")
+    x = torch.randn(4, 16)
+    _, outcome = only(Workload("m.py", compiled, (x,), lambda: compiled(x), None, "m"), "bf16")
+    assert outcome.status == "applied", outcome.reason
+    assert "bf16 rounding" in outcome.numerics["detail"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # fused_optimizer
 

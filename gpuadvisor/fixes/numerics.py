@@ -633,12 +633,25 @@ def _bf16_rounded_runs(
     try:
         for trial, fresh in enumerate(trial_inputs):
             state.restore(start)
-            with (mode or bf16_rounding)():
+            with _eager(), (mode or bf16_rounding)():
                 outputs = run(original, _round_to_bf16(fresh), trial, "bf16-rounded original")
             runs.append(_ReferenceRun(outputs, state.snapshot(written).values, start.values))
     finally:
         state.restore(start)
     return runs
+
+
+def _eager() -> Any:
+    """A context in which torch.compile'd code runs eagerly (``torch.compiler.set_stance("force_eager")``), for
+    the emulated runs: dynamo cannot run a compiled module under their TorchFunctionMode (torch 2.13 raised
+    ``NameError: name '___get_torch_function_mode_stack_at' is not defined`` for a model the user had compiled),
+    and the emulation is of the same computation eagerly. A no-op where torch has no stances."""
+    import contextlib
+
+    import torch
+
+    set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def _lowered_ops() -> set:
