@@ -866,17 +866,22 @@ def _round_to_bf16(value: Any) -> Any:
 def _float32_memo(model: Any, inputs: Any, only_new: dict | None = None, wide: Any = None) -> dict[int, Any]:
     """A deepcopy memo that maps every tensor reachable from (model, inputs) to a detached clone, low-precision
     floating ones upcast to float32: the copy never deep-copies a tensor itself (one with autograd history
-    cannot be), and parameters stay parameters."""
+    cannot be), and parameters stay parameters. An optimizer's state (Adam's moments, SGD's momentum) is upcast
+    with the parameters it belongs to, its step counter is not: a float64 copy whose Adam moments stayed float32
+    raised in ``lerp`` ("expected dtype float for `end` but got dtype double") and had no reference."""
     import torch
 
     from gpuadvisor.fixes.state import collect_state
 
     memo: dict[int, Any] = {}
     for slot in collect_state({"model": model, "inputs": inputs}):
-        tensor = slot.get() if slot.kind in ("tensor", "item") else None
+        tensor = slot.get() if slot.kind in ("tensor", "item", "optimizer") else None
         if tensor is None or (only_new is not None and id(tensor) in only_new):
             continue
         clone = tensor.detach().clone()
+        if slot.kind == "optimizer" and slot.key[1] == "step":
+            memo[id(tensor)] = clone
+            continue
         if clone.dtype in (torch.bfloat16, torch.float16):
             clone = clone.float()
         if wide is not None and clone.dtype == torch.float32:
