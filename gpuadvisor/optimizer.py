@@ -24,14 +24,7 @@ from typing import Any
 from gpuadvisor.errors import BadInputError
 from gpuadvisor.fixes.base import FixOutcome
 from gpuadvisor.fixes.registry import apply_fixes, fix_order, resolve_fix_ids
-from gpuadvisor.workload import (
-    Workload,
-    as_batch,
-    batch_step,
-    default_batch_step,
-    default_step,
-    make_step_fn,
-)
+from gpuadvisor.workload import Workload, batch_inputs, default_step, make_step_fn
 
 
 class OptimizedModel:
@@ -101,15 +94,14 @@ def optimize(
     fix_ids = resolve_fix_ids(text, [], api=True)
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
-    batch = isinstance(example_inputs, dict)
-    example_inputs = as_batch(example_inputs, "gpuadvisor.optimize") or example_inputs
-    if not isinstance(example_inputs, tuple):
+    batch = batch_inputs(example_inputs, step, "gpuadvisor.optimize")
+    if batch is not None:  # (batch,) inside; the step takes the dict (default: model(**batch))
+        example_inputs, step = batch
+    elif not isinstance(example_inputs, tuple):
         raise BadInputError(
             f"example_inputs must be a tuple of the model's positional inputs or a dict of keyword inputs, got"
             f" {type(example_inputs).__name__} (write (x,) for a single input)"
         )
-    if batch:  # (batch,) inside; the step takes the dict (default: model(**batch))
-        step = batch_step(step) if step else default_batch_step
     step = step or default_step
     label = f"<optimize {type(model).__name__}>"
     workload = Workload(
@@ -128,7 +120,7 @@ def optimize(
         if strict:
             raise BadInputError(f"gpuadvisor.optimize: {reasons}")
         warnings.warn(f"gpuadvisor.optimize: {reasons} (running without it)", RuntimeWarning, stacklevel=2)
-    return OptimizedModel(final, outcomes, batch=batch)
+    return OptimizedModel(final, outcomes, batch=batch is not None)
 
 
 def keep_lines(fix_ids: Iterable[str], *, with_step: bool = False) -> list[str]:

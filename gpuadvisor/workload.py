@@ -40,7 +40,7 @@ import re
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,18 +87,19 @@ def user_defined_step(step: Callable[[Any, tuple], Any]) -> bool:
     return step is not default_step and step is not default_batch_step
 
 
-def as_batch(inputs: Any, label: str) -> tuple | None:
-    """``(inputs,)`` when ``inputs`` is a dict of keyword inputs; None for anything else. A mapping that is
-    not a dict (transformers' BatchEncoding) is refused with the fix: the fixes walk dicts, not other
-    mappings, so its tensors would be missed."""
-    from collections.abc import Mapping
-
+def batch_inputs(
+    inputs: Any, step: Callable[[Any, Any], Any] | None, label: str
+) -> tuple[tuple, Callable[[Any, tuple], Any]] | None:
+    """For example inputs given as a dict of keyword inputs: the inputs as the 1-tuple ``(batch,)`` and the step
+    that takes the dict out of it (``step`` behind :func:`batch_step`, or ``model(**batch)`` when ``step`` is
+    None); None for inputs that are no mapping. A mapping that is not a dict (transformers' BatchEncoding) is
+    refused with the fix: the fixes walk dicts, not other mappings, so its tensors would be missed."""
     if isinstance(inputs, dict):
         if not all(isinstance(key, str) for key in inputs):
             raise BadInputError(
                 f"{label}: a dict of example inputs needs str keys (keyword names), got {_show(inputs)}"
             )
-        return (inputs,)
+        return (inputs,), (default_batch_step if step is None else batch_step(step))
     if isinstance(inputs, Mapping):
         raise BadInputError(
             f"{label}: example inputs are a {type(inputs).__name__}; return a tuple, or a plain dict of keyword"
@@ -183,8 +184,9 @@ def load_workload(path: str, entry: str | None = None) -> Workload:
         except BaseException as error:  # a build() that calls sys.exit() failed too
             raise UserCodeError(f"{label}: {function_name}() raised {describe_error(error)}") from error
     model, inputs = _check_built(built, label, function_name, needs_callable_model=step is None)
-    if isinstance(built[1], dict):  # a batch of keyword inputs: (batch,) inside, the dict in the step
-        step = default_batch_step if step is None else batch_step(step)
+    batch = batch_inputs(inputs, step, label)
+    if batch is not None:  # a batch of keyword inputs: (batch,) inside, the dict in the step
+        inputs, step = batch
     if step is None:
         step = default_step
     return Workload(
@@ -285,7 +287,7 @@ def _tokens_per_step(module: ModuleType, label: str) -> int | None:
     return value
 
 
-def _check_built(built: Any, label: str, function_name: str, *, needs_callable_model: bool) -> tuple[Any, tuple]:
+def _check_built(built: Any, label: str, function_name: str, *, needs_callable_model: bool) -> tuple[Any, Any]:
     expected = f"expected {function_name}() to return (model_or_callable, example_inputs_tuple)"
     if not isinstance(built, (tuple, list)) or len(built) != 2:
         got = f"a {type(built).__name__} of length {len(built)}" if isinstance(built, (tuple, list)) else _show(built)
@@ -293,8 +295,7 @@ def _check_built(built: Any, label: str, function_name: str, *, needs_callable_m
     model, inputs = built
     if isinstance(inputs, list):
         inputs = tuple(inputs)
-    inputs = as_batch(inputs, label) or inputs
-    if not isinstance(inputs, tuple):
+    if not isinstance(inputs, (tuple, Mapping)):  # a Mapping: batch_inputs() takes it or says why not
         hint = " (write (x,) for a single input)" if type(inputs).__name__ in ("Tensor", "Parameter") else ""
         raise BadInputError(f"{label}: {expected}, got ({type(model).__name__}, {_show(inputs)}){hint}")
     if model is None:

@@ -973,7 +973,7 @@ def _judge(
     noise_only: set[str] = set()  # tensors the original computes no closer to float32 than NOISE_DOMINATED_REL_L2
     floor = NOISE_FACTOR * noise[0] if noise is not None else 0.0
     compared = 0
-    integer_equal: dict[str, str] = {}  # integer outputs (token ids) equal to the original's: path -> dtype
+    integer_output: tuple[str, str] | None = None  # the first integer output (token ids) found equal: path, dtype
     for trial in trials:
         original, patched, reference = trial["outputs"]
         if [path for path, _ in original] != [path for path, _ in patched]:
@@ -1000,7 +1000,7 @@ def _judge(
                     return verdict(
                         False, f"{path} ({expected.dtype}) differs in {mismatched} of {expected.numel()} elements"
                     )
-                integer_equal.setdefault(path, str(expected.dtype).removeprefix("torch."))
+                integer_output = integer_output or (path, str(expected.dtype).removeprefix("torch."))
                 continue
             if not nan_inf_parity(actual, expected):
                 return verdict(
@@ -1089,9 +1089,9 @@ def _judge(
                 if worst_drift is None or abs(drift) / allowed > abs(worst_drift[0]) / worst_drift[2]:
                     worst_drift = (drift, path, allowed, against is not expected)
     if compared == 0:
-        if integer_equal:
+        if integer_output is not None:
             # Equal token ids say little: a fix that scales every logit by 1.01 keeps each argmax.
-            path, dtype = next(iter(integer_equal.items()))
+            path, dtype = integer_output
             return verdict(
                 False,
                 f"the step returns only integer tensors ({path}, {dtype}; equal to the original's in every trial),"
