@@ -95,3 +95,15 @@ def test_a_run_records_the_after_sides_host_time_beside_the_assumed_one(rvf, tmp
     assert entry["host_after_fix_us"] == 31657.8 and entry["host_after_fix_measured_us"] == 30402.0
     assert entry["measured_saving_us"] == pytest.approx(1350.1)
     assert entry["within_30pct"] is False and entry["measured_saving_ci_us"][0] < 1350.1 * 0.7
+
+
+def test_a_rejudged_estimate_reads_the_before_side_not_the_report_summary(rvf, tmp_path):
+    """An apply report's summary is its after side's. A slow host after the fix (40 ms to enqueue, over the step)
+    must not cap the estimate the before side's figures give."""
+    report = json.loads((KEPT / "apply_b64.bf16.report.json").read_text())
+    report["summary"]["host_enqueue_us"] = 40_000.0
+    report["summary"]["step_time_us"] = 41_000.0
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    entry = rvf.from_kept("timm_resnet50_train", "GA302", "bf16", None, path, KEPT / "b64_nchw_fp32.trace.json.gz")
+    assert entry["estimate_judged_us"] == pytest.approx(3444.0, abs=50)
