@@ -337,6 +337,41 @@ def test_fused_optimizer_on_gpt2_training_is_applied_and_the_original_optimizer_
     assert again is not None and again.reason == "AdamW already runs fused (fused=True)"
 
 
+def test_a_foreach_adamw_is_switched_to_fused_on_a_copy():
+    """foreach=True (PyTorch's default on CUDA) still makes one pass per line of the update and keeps AdamW's step
+    counters on the CPU (GA205): the fix switches a copy to fused=True and leaves the user's optimizer as it was
+    (on the CPU the counters already sit on the parameters' device; on CUDA they move, as GPT-2's test shows)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    state = type("TrainState", (), {})()
+    state.model, state.optimizer = model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    x = torch.randn(4, 8)
+
+    def step(state, inputs):
+        state.optimizer.zero_grad()
+        loss = state.model(*inputs).square().mean()
+        loss.backward()
+        state.optimizer.step()
+        return loss.detach()
+
+    workload = Workload("m.py", state, (x,), lambda: step(state, (x,)), None, "m", step)
+    workload.step_fn()  # the state exists (moments, CPU step counters): the copy must carry and convert it
+    counters = [state.optimizer.state[p]["step"] for p in model.parameters()]
+    assert all(c.device.type == "cpu" and c.dtype == torch.float32 for c in counters)
+    final, outcome = only(workload, "fused_optimizer")
+    assert outcome.status == "applied", outcome.reason
+    assert outcome.numerics["passed"], outcome.numerics["detail"]
+    assert (
+        outcome.changes[0] == "AdamW (4 parameter tensors): foreach=True -> fused=True on a copy of model and optimizer"
+    )
+    assert all(group["foreach"] is True and not group["fused"] for group in state.optimizer.param_groups)
+    copied = final.model.optimizer
+    assert all(group["fused"] and not group["foreach"] for group in copied.param_groups)
+    final.step_fn()
+    again = FusedOptimizerFix().check(final)
+    assert again is not None and again.reason == "AdamW already runs fused (fused=True)"
+
+
 def test_fused_optimizer_refusals():
     model = nn.Linear(4, 4)
     x = torch.randn(2, 4)
@@ -344,9 +379,14 @@ def test_fused_optimizer_refusals():
     assert refusal.reason.startswith("no torch.optim optimizer in the workload")
 
     state = type("TrainState", (), {})()
-    state.model, state.optimizer = model, torch.optim.AdamW(model.parameters(), foreach=True)
+    state.model, state.optimizer = model, torch.optim.RMSprop(model.parameters(), foreach=True)
     refusal = FusedOptimizerFix().check(Workload("m.py", state, (x,), lambda: None, None, "m"))
-    assert refusal.reason == "AdamW already runs foreach (foreach=True)"
+    assert refusal.reason == (
+        "RMSprop already runs foreach (foreach=True) and has no fused implementation for its parameters"
+    )
+    state.optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    refusal = FusedOptimizerFix().check(Workload("m.py", state, (x,), lambda: None, None, "m"))
+    assert refusal.reason == "AdamW already runs fused (fused=True)"
 
     module = type(sys)("global_optimizer_train")
     module.optimizer = torch.optim.AdamW(model.parameters(), foreach=False)

@@ -23,7 +23,7 @@ REAL = Path(__file__).resolve().parents[1] / "sample_traces" / "real"
 TRACES = sorted(p.name[: -len(".json.gz")] for p in REAL.glob("*.json.gz"))
 UPDATE = os.environ.get("GPUADVISOR_UPDATE_EXPECTED") == "1"
 SUMMARY_KEYS = ["steps", "step_time_us", "gpu_busy_pct", "kernels_per_step", "host_syncs_per_step"]
-NEW_RULES = ("GA202", "GA203", "GA204", "GA302", "GA303")
+NEW_RULES = ("GA202", "GA203", "GA204", "GA205", "GA302", "GA303")
 
 
 def snapshot(report: dict) -> dict:
@@ -149,6 +149,65 @@ def test_foreach_adamw_is_not_a_per_parameter_loop():
     assert finding("hf_bert_finetune_amp", "GA204") is None
 
 
+# GA205 foreach optimizer update where fused=True exists -----------------------------------------------------
+
+
+def test_bert_foreach_adamw_is_found_with_its_host_and_gpu_parts():
+    """BERT-base fine-tuning with AdamW at PyTorch's CUDA default (foreach): 48 multi-tensor kernels and the CPU step
+    counters read with .item() per tensor inside optimizer.step(), counted here from the raw trace."""
+    f = finding("hf_bert_finetune_amp", "GA205")
+    assert f is not None and f["fix_id"] == "fused_optimizer" and f["saving_basis"] == "roof"
+    ev = f["evidence"]
+    assert ev["optimizer"] == "AdamW" and ev["implementation"] == "foreach" and ev["parameter_tensors"] == 201
+    events = _events("hf_bert_finetune_amp")
+    regions = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "Optimizer.step#AdamW.step"]
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e["name"] and "correlation" in e.get("args", {})
+    }
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    inside = [
+        [k for k in kernels if r["ts"] <= launches.get(k["args"].get("correlation"), -1) <= r["ts"] + r["dur"]]
+        for r in regions
+    ]
+    assert len(regions) == 3 and [len(ks) for ks in inside] == [48, 48, 48]
+    assert all("multi_tensor_apply_kernel" in k["name"] for ks in inside for k in ks)
+    gpu = sorted(sum(k["dur"] for k in ks) for ks in inside)[1]
+    wall = sorted(r["dur"] for r in regions)[1]
+    assert ev["region_gpu_us_per_step"] == pytest.approx(gpu, rel=1e-3)
+    assert ev["region_us_per_step"] == pytest.approx(wall, rel=1e-3)
+    items = [
+        sum(
+            1
+            for e in events
+            if e.get("cat") == "cpu_op" and e["name"] == "aten::item" and r["ts"] <= e["ts"] <= r["ts"] + r["dur"]
+        )
+        for r in regions
+    ]
+    assert items == [402, 402, 402]  # two per parameter tensor: the CPU step counters
+    # 109.5 M float32 parameters; a fused AdamW moves 7 words per parameter once, at 0.7 of the 4.8 TB/s peak.
+    assert ev["fused_bytes"] == 28 * ev["parameter_elements"] and ev["parameter_elements"] == pytest.approx(
+        109.48e6, rel=1e-3
+    )
+    assert ev["fused_gpu_us"] == pytest.approx(ev["fused_bytes"] / (0.7 * 4.8e12) * 1e6, rel=1e-3)
+    assert ev["optimizer_gpu_saving_us"] == pytest.approx(gpu - ev["fused_gpu_us"], abs=1)
+    assert ev["optimizer_host_saving_us"] == pytest.approx(0.65 * wall, abs=1)
+    # Under the profiler the step is bound by its host (GPU busy 7.5%): the host's part is the saving.
+    assert f["estimated_saving_us_per_step"] == pytest.approx(ev["optimizer_host_saving_us"], abs=1)
+    assert 4 <= f["estimated_saving_pct"] < 12
+
+
+def test_resnet_foreach_sgd_costs_too_little_for_a_finding():
+    """timm ResNet-50's foreach SGD: 9 multi-tensor kernels (277 µs) and a 3.8 ms region under the profiler; fused
+    would take 0.4 of the host part, under 4% of the 56 ms profiled step."""
+    assert finding("timm_resnet50_train", "GA205") is None
+
+
+def test_a_foreach_off_loop_is_ga204s_not_ga205s():
+    assert finding("hf_gpt2_train_foreach_off", "GA205") is None
+
+
 # GA303 misaligned GEMMs -----------------------------------------------------------------------------
 
 
@@ -244,6 +303,7 @@ MUST_FIRE = {
     "GA202": {"hf_gpt2_eager_attention"},
     "GA203": {"timm_resnet50_train"},
     "GA204": {"hf_gpt2_train_foreach_off"},
+    "GA205": {"hf_bert_finetune_amp"},
     "GA303": {"hf_gpt2_eager_attention"},
 }
 

@@ -23,8 +23,8 @@ copies and fused BatchNorm chains shorten different kernels; multiplying them as
 And one saving no single finding states: a chain that is fused under bf16 autocast (``fusion`` and ``bf16``
 addressed together, as torch.compile with bf16 does) reads and writes bf16 activations, so the fused kernel's
 traffic, which GA201 takes as its largest member's in float32, halves too: GA302's own basis for memory-bound
-kernels under bf16 (``FUSED_BF16_BYTES``). The optimizer's update stays float32 under autocast: where GA204
-measured the optimizer's kernel time, that part of the chains is left out.
+kernels under bf16 (``FUSED_BF16_BYTES``). The optimizer's update stays float32 under autocast: where GA204 or
+GA205 measured the optimizer's kernel time, that part of the chains is left out.
 
 Host-bound steps: GA203's and GA302's savings on a timed step are capped by the host's time per step (an eager
 step cannot go under it; rules/detectors_model.py ``host_capped_saving``), so channels_last or bf16 alone may
@@ -117,7 +117,7 @@ def saving_part(finding: dict[str, Any]) -> str:
 def fused_bf16_saving(finding: dict[str, Any], fix_ids: set[str], findings: list[dict[str, Any]]) -> float:
     """What bf16 saves on top of fusing GA201's chains when both are addressed: the fused chains' time
     (the chains' time minus GA201's saving) x ``FUSED_BF16_BYTES``, less the optimizer's kernels (float32 under
-    autocast; GA204's region_gpu_us_per_step where it fired). 0 for any other finding or stack."""
+    autocast; GA204's or GA205's region_gpu_us_per_step where one fired). 0 for any other finding or stack."""
     if finding.get("rule_id") != "GA201" or not {"fusion", "bf16"} <= fix_ids:
         return 0.0
     saving = addressed_saving(finding, fix_ids)
@@ -127,7 +127,7 @@ def fused_bf16_saving(finding: dict[str, Any], fix_ids: set[str], findings: list
     optimizer = sum(
         float(value)
         for other in findings
-        if other.get("rule_id") == "GA204"
+        if other.get("rule_id") in ("GA204", "GA205")
         and isinstance(value := (other.get("evidence") or {}).get("region_gpu_us_per_step"), (int, float))
     )
     return FUSED_BF16_BYTES * max(float(chains) - saving - optimizer, 0.0)

@@ -1,20 +1,25 @@
-"""The ``fused_optimizer`` fix: torch optimizers that update one parameter at a time run fused (or foreach).
+"""The ``fused_optimizer`` fix: torch optimizers run their update fused (or, without a fused kernel, foreach).
 
 Why: ``foreach=False`` (or ``foreach=None`` where PyTorch's default is the loop: parameters off CUDA) runs the
 update as a Python loop, about a dozen small kernels per parameter tensor: some 1,800 launches for GPT-2 small's
-148 tensors with AdamW (examples/real/hf_gpt2_train_foreach_off.py). ``fused=True`` does the update in one
-kernel per group of tensors; ``foreach=True`` in a few multi-tensor kernels.
+148 tensors with AdamW (examples/real/hf_gpt2_train_foreach_off.py; rule GA204). ``foreach=True`` (PyTorch's
+default on CUDA) groups the tensors into multi-tensor kernels, but makes one pass over parameters, gradients and
+state per line of the update, and AdamW's step counters stay on the CPU, read with ``.item()`` per tensor (rule
+GA205: BERT-base's AdamW, 48 kernels and 415 host calls per step). ``fused=True`` does the update in one pass per
+chunk of tensors, counters on the device.
 
 ``check()`` finds the ``torch.optim`` optimizers the workload reaches (a training state's ``.optimizer``, the
-inputs, the step's module globals) and refuses when there is none, or when every one already runs foreach or
-fused (``foreach=None`` on CUDA: PyTorch's default already picks foreach). An optimizer built at module level
+inputs, the step's module globals) and refuses when there is none, when every one already runs fused, or when
+the rest run foreach and have no fused implementation for their parameters (the class has none, or the
+parameters are not floating tensors on a device it supports). An optimizer built at module level
 (a global of the step) is refused, naming the line that builds it: a copy of the model would leave it updating
 the original's parameters.
 
 ``apply()`` copies the model and inputs together (one deepcopy memo, ``copying.copy_workload``: the copied
 optimizer holds the copied parameters and its state), then switches each copied optimizer's param groups to
 ``fused=True`` where the class has a fused implementation for those parameters (Adam, AdamW, SGD and Adagrad in
-torch 2.13: floating parameters on CUDA or the CPU, not ``differentiable``), else to ``foreach=True`` (on CUDA).
+torch 2.13: floating parameters on CUDA or the CPU, not ``differentiable``), else a loop to ``foreach=True`` (on
+CUDA).
 Existing state is converted in the copy as the fused kernels expect it: the step counters become float32 tensors
 on the parameter's device (the loop keeps them on the CPU). The original optimizer is untouched. The update is
 the same arithmetic in another order: the guard's "model" policy judges it.
@@ -79,6 +84,18 @@ def faster_option(optimizer: Any) -> str | None:
     return None
 
 
+def _switch(optimizer: Any) -> str | None:
+    """What this fix switches an optimizer to: the faster option for a loop, ``fused`` for foreach where the
+    class has a fused kernel for its parameters, None when nothing pays (already fused, or foreach without one)."""
+    kind = implementation(optimizer)
+    if kind == "fused":
+        return None
+    option = faster_option(optimizer)
+    if kind == "foreach" and option != "fused":
+        return None
+    return option
+
+
 def _default_note(optimizer: Any) -> str:
     group = optimizer.param_groups[0]
     if group.get("fused"):
@@ -89,10 +106,10 @@ def _default_note(optimizer: Any) -> str:
 
 
 class FusedOptimizerFix(Fix):
-    """Switch per-parameter optimizer loops to fused (or foreach) updates (see the module docstring)."""
+    """Switch optimizer updates to fused (a loop without a fused kernel to foreach; see the module docstring)."""
 
     id = "fused_optimizer"
-    title = "optimizer: per-parameter loop -> fused update"
+    title = "optimizer: per-parameter loop or foreach -> fused update"
     numerics = "model"
 
     def check(self, workload: Any) -> Refusal | None:
@@ -107,23 +124,27 @@ class FusedOptimizerFix(Fix):
                 "no torch.optim optimizer in the workload (its model, inputs or the step's module globals)",
                 "nothing to do: the fix changes how an optimizer's step() runs",
             )
-        slow = [opt for opt in optimizers if implementation(opt) == "loop"]
-        if not slow:
-            first = optimizers[0]
-            kind = implementation(first)
-            return Refusal(
-                f"{type(first).__name__} already runs {kind} ({_default_note(first)})",
-                "nothing to do",
-            )
-        able = [opt for opt in slow if faster_option(opt) is not None]
+        able = [opt for opt in optimizers if _switch(opt) is not None]
         if not able:
-            first = slow[0]
-            device = next((p.device.type for g in first.param_groups for p in g["params"]), "no parameters")
-            return Refusal(
-                f"{type(first).__name__} has no fused or foreach implementation that pays for its parameters"
-                f" (on {device}; foreach runs the same per-tensor loop off CUDA)",
-                "move the model to a CUDA GPU, or use Adam, AdamW, SGD or Adagrad with fused=True",
-            )
+            loops = [opt for opt in optimizers if implementation(opt) == "loop"]
+            foreach = [opt for opt in optimizers if implementation(opt) == "foreach"]
+            if loops:
+                first = loops[0]
+                device = next((p.device.type for g in first.param_groups for p in g["params"]), "no parameters")
+                return Refusal(
+                    f"{type(first).__name__} has no fused or foreach implementation that pays for its parameters"
+                    f" (on {device}; foreach runs the same per-tensor loop off CUDA)",
+                    "move the model to a CUDA GPU, or use Adam, AdamW, SGD or Adagrad with fused=True",
+                )
+            if foreach:
+                first = foreach[0]
+                return Refusal(
+                    f"{type(first).__name__} already runs foreach ({_default_note(first)}) and has no fused"
+                    " implementation for its parameters",
+                    "nothing to do: fused=True exists for Adam, AdamW, SGD and Adagrad on floating parameters",
+                )
+            first = optimizers[0]
+            return Refusal(f"{type(first).__name__} already runs fused ({_default_note(first)})", "nothing to do")
         for optimizer in able:
             if id(optimizer) in in_globals:
                 name = next((key for key, value in own.items() if optimizers_in({key: value}) == [optimizer]), None)
@@ -158,13 +179,16 @@ class FusedOptimizerFix(Fix):
         changes, skipped = [], []
         for optimizer in optimizers_in({"model": copied.model, "inputs": copied.inputs}):
             name = type(optimizer).__name__
-            if implementation(optimizer) != "loop":
+            kind = implementation(optimizer)
+            if kind == "fused":
                 continue
-            option = faster_option(optimizer)
+            option = _switch(optimizer)
             if option is None:
-                skipped.append({"target": name, "reason": "no fused or foreach implementation for its parameters"})
+                if kind == "loop":
+                    skipped.append({"target": name, "reason": "no fused or foreach implementation for its parameters"})
                 continue
-            before = "foreach=False" if optimizer.param_groups[0].get("foreach") is False else "foreach=None"
+            flag = optimizer.param_groups[0].get("foreach")
+            before = {False: "foreach=False", True: "foreach=True"}.get(flag, "foreach=None")
             moved = 0
             for group in optimizer.param_groups:
                 if option == "fused":
@@ -195,7 +219,11 @@ class FusedOptimizerFix(Fix):
             changes.append(line)
         if not changes:
             raise NothingToApply(
-                Refusal("no optimizer in a copyable place runs the per-parameter loop", SUGGESTION, [])
+                Refusal(
+                    "no optimizer in a copyable place runs a loop or a foreach update that fused=True replaces",
+                    SUGGESTION,
+                    [],
+                )
             )
         changes.append("the original model and optimizer are untouched (foreach/fused flags, state)")
         patched = workload.with_step(copied.model, copied.step(workload.step), copied.inputs)

@@ -1,5 +1,6 @@
 """Detectors of model-level patterns that a library switch fixes: eager attention (GA202), cuDNN layout
-conversions (GA203), per-parameter optimizer loops (GA204), fp32/TF32 compute that bf16 would halve (GA302)
+conversions (GA203), per-parameter optimizer loops (GA204), foreach updates a fused one would do in one pass
+(GA205), fp32/TF32 compute that bf16 would halve (GA302)
 and 16-bit GEMMs on misaligned shapes (GA303). Each reads the :class:`~gpuadvisor.analysis.bundle.Analysis`
 tables and the operator tree, and returns a finding with its evidence and estimated saving per step."""
 
@@ -629,6 +630,10 @@ _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#(?P<cls>[A-Za-z0-9_]+)\.step$")
 # State tensors per parameter an optimizer's update reads and writes (moments, momentum buffers, ...).
 _STATE_TENSORS = {"Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "Adafactor": 2, "Lion": 1}
 _ITEMSIZE = {"float": 4, "c10::Float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8}
+# foreach's kernels (at::native multi_tensor_apply_kernel over TensorListMetadata), and those of a fused update
+# (FusedAdamMathFunctor, FusedSgdMathFunctor, fused_adagrad...: multi-tensor too, with "Fused" in the functor).
+_MULTI_TENSOR_KERNEL = r"multi_tensor_apply"
+_FUSED_UPDATE_KERNEL = r"(?i)fused_?(?:adam|sgd|adagrad)"
 
 
 def _parameters_per_step(a: Analysis) -> tuple[float, float, int] | None:
@@ -655,9 +660,12 @@ def _parameters_per_step(a: Analysis) -> tuple[float, float, int] | None:
     return len(rows) / steps, numel / steps, itemsize
 
 
-def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
-    if not a.n_steps or not a.step_time_us:
-        return None
+def _optimizer_regions(a: Analysis) -> dict | None:
+    """What the profiled steps' ``optimizer.step()`` calls (the Optimizer.step#<Class>.step annotations) did,
+    per step (a step may call it more than once: its calls add up; medians over the steps, as for the step
+    figures): ``kernels`` launched inside, host ``wall_us``, ``gpu_us`` of those kernels, ``multi_tensor_us`` and
+    ``fused_kernels`` (foreach's multi-tensor kernels, and kernels of a fused update), ``ops`` (operators called
+    inside the region, nested ones included), and the ``optimizer`` class. None without such calls."""
     ann = a.trace.annotations
     regions = ann[(~ann["on_gpu"]) & ann["name"].str.match(_OPTIMIZER_STEP.pattern)] if len(ann) else ann
     if not len(regions):
@@ -670,16 +678,41 @@ def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
     acts = a.activities
     kern = acts[(acts["kind"] == "kernel") & (acts["step_index"] >= 0)]
     launch = kern["launch_ts_us"].to_numpy(float)
-    # Per step (a step may call optimizer.step() more than once): kernels launched inside, host wall time,
-    # GPU time of those kernels; medians over the steps as for the step figures.
+    names = kern["name"].astype(str)
+    multi = names.str.contains(_MULTI_TENSOR_KERNEL, regex=True).to_numpy()
+    fused = names.str.contains(_FUSED_UPDATE_KERNEL, regex=True).to_numpy()
+    dur = kern["dur_us"].to_numpy(float)
+    ops = a.trace.cpu_ops
+    op_ts = ops["ts_us"].to_numpy(float)
+    op_end = ops["end_us"].to_numpy(float)
     per_step: dict[int, list[float]] = {}
     for step, (_, region) in zip(region_step[region_step >= 0].tolist(), regions.iterrows()):
         inside = (launch >= region["ts_us"]) & (launch <= region["end_us"])
-        totals = per_step.setdefault(step, [0.0, 0.0, 0.0])
+        start, end = float(region["ts_us"]), float(region["end_us"])
+        # Annotations carry no thread: every operator inside the region's interval, nested ones included (the
+        # update's own, in a training loop; a data-loading thread running beside it would add its own too).
+        in_region = (op_ts >= start) & (op_end <= end)
+        totals = per_step.setdefault(step, [0.0] * 6)
         totals[0] += int(inside.sum())
         totals[1] += float(region["dur_us"])
-        totals[2] += float(kern["dur_us"].to_numpy(float)[inside].sum())
-    kernels_per_step, wall_per_step, gpu_per_step = (float(x) for x in np.median(list(per_step.values()), axis=0))
+        totals[2] += float(dur[inside].sum())
+        totals[3] += float(dur[inside & multi & ~fused].sum())
+        totals[4] += int((inside & fused).sum())
+        totals[5] += int(in_region.sum())
+    medians = np.median(list(per_step.values()), axis=0)
+    keys = ("kernels", "wall_us", "gpu_us", "multi_tensor_us", "fused_kernels", "ops")
+    out = {key: float(value) for key, value in zip(keys, medians)}
+    out["optimizer"] = _OPTIMIZER_STEP.match(regions["name"].iloc[0]).group("cls")
+    return out
+
+
+def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
+    if not a.n_steps or not a.step_time_us:
+        return None
+    region = _optimizer_regions(a)
+    if region is None:
+        return None
+    kernels_per_step, wall_per_step, gpu_per_step = region["kernels"], region["wall_us"], region["gpu_us"]
     if kernels_per_step < rule.threshold("min_kernels_per_step"):
         return None
     params = _parameters_per_step(a)
@@ -689,7 +722,7 @@ def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
     per_param = kernels_per_step / max(tensors, 1.0)
     if per_param < rule.threshold("min_kernels_per_parameter"):
         return None
-    optimizer = _OPTIMIZER_STEP.match(regions["name"].iloc[0]).group("cls")
+    optimizer = region["optimizer"]
     states = _STATE_TENSORS.get(optimizer, 1)
     # A fused update reads parameter, gradient and state once and writes parameter and state once.
     bytes_moved = numel * itemsize * (3 + 2 * states)
@@ -752,6 +785,145 @@ def optimizer_loop_timed(
     return saving, (
         f"Timed without the profiler the step takes {timed_us:,.0f} µs (profiled {profiled_us:,.0f} µs), so the "
         f"region takes about {region_timed:,.0f} µs of it and a fused update would save about {saving:,.0f} µs."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# GA205 foreach optimizer update where a fused one exists
+
+# torch.optim classes with fused=True (CUDA, floating parameters): the fused_optimizer fix's list.
+_FUSED_CAPABLE = {"Adam", "AdamW", "SGD", "Adagrad"}
+
+
+# The share of optimizer.step()'s host time fused=True takes off, by class (threshold names): Adam and AdamW
+# read their CPU step counters with .item() per tensor under foreach; SGD's foreach path groups and checks each
+# tensor in Python. Adagrad's was not measured: its host saving is taken as 0.
+_HOST_SHARE_THRESHOLD = {"Adam": "host_share_adam", "AdamW": "host_share_adam", "SGD": "host_share_sgd"}
+
+
+def _fused_update_costs(region: dict, params: tuple[float, float, int], rule: Rule, a: Analysis) -> dict:
+    """A fused update's GPU time (the bytes it moves once at the measured fraction of the HBM peak) and the share
+    of the region's host time it takes off (measured per optimizer class)."""
+    tensors, numel, itemsize = params
+    states = _STATE_TENSORS.get(region["optimizer"], 1)
+    bytes_moved = numel * itemsize * (3 + 2 * states)
+    bandwidth = (a.peaks.hbm_bytes_per_s or 4.8e12) * rule.threshold("fused_bandwidth_fraction_of_peak")
+    fused_gpu = bytes_moved / bandwidth * 1e6
+    share_key = _HOST_SHARE_THRESHOLD.get(region["optimizer"])
+    share = rule.threshold(share_key) if share_key else 0.0
+    return {
+        "states": states,
+        "bytes": bytes_moved,
+        "bandwidth": bandwidth,
+        "fused_gpu_us": fused_gpu,
+        "gpu_saving_us": max(region["gpu_us"] - fused_gpu, 0.0),
+        "host_share": share,
+        "host_saving_us": share * region["wall_us"],
+    }
+
+
+def _bound_saving(host_us: float, gpu_us: float, host_saving: float, gpu_saving: float) -> float:
+    """What a step bound by max(host, GPU) saves when the host loses ``host_saving`` and the GPU ``gpu_saving``:
+    max(host, gpu) - max(host - host_saving, gpu - gpu_saving)."""
+    return max(host_us, gpu_us) - max(host_us - host_saving, gpu_us - gpu_saving)
+
+
+def optimizer_foreach(a: Analysis, rule: Rule) -> Finding | None:
+    if not a.n_steps or not a.step_time_us:
+        return None
+    region = _optimizer_regions(a)
+    if region is None or region["optimizer"] not in _FUSED_CAPABLE:
+        return None
+    if region["fused_kernels"] > 0 or region["multi_tensor_us"] <= 0:
+        return None  # already fused, or no foreach kernels (a per-parameter loop: GA204's, or nothing on a GPU)
+    params = _parameters_per_step(a)
+    if params is None:
+        raise SkipRule("no AccumulateGrad calls in the steps: the parameters' size is unknown")
+    if region["kernels"] / max(params[0], 1.0) >= rule.threshold("max_kernels_per_parameter"):
+        return None  # a Python loop of per-parameter kernels: GA204
+    costs = _fused_update_costs(region, params, rule, a)
+    step = float(a.step_time_us)
+    busy = min(float(a.median("gpu_busy_us") or 0.0), step)
+    # Without a timed host figure the trace's step is the host's bound (the GPU's busy time is the other).
+    saving = _bound_saving(step, busy, costs["host_saving_us"], costs["gpu_saving_us"])
+    if saving < rule.threshold("min_saving_us") or 100.0 * saving / step < rule.threshold("min_saving_pct"):
+        return None
+    optimizer = region["optimizer"]
+    tensors = params[0]
+    message = (
+        f"optimizer.step() ({optimizer}, foreach) runs {region['kernels']:,.0f} multi-tensor kernels per step "
+        f"({region['gpu_us']:,.0f} µs of GPU work) and {region['ops']:,.0f} operator calls in "
+        f"{region['wall_us']:,.0f} µs on the host for {tensors:.0f} parameter tensors; fused=True updates them in "
+        f"one pass: about {costs['fused_gpu_us']:,.0f} µs of GPU time for its {costs['bytes'] / 1e9:.2f} GB, and "
+        f"{100 * costs['host_share']:.0f}% less host time (~{costs['host_saving_us']:,.0f} µs). The step is bound "
+        f"by the larger of its host and GPU time, so this saves about {saving:,.0f} µs per step; beside compile or "
+        "graphs, which take the rest of the host's time out of the step, the optimizer's share grows."
+    )
+    evidence = {
+        "optimizer": optimizer,
+        "implementation": "foreach",
+        "kernels_per_step": _r(region["kernels"]),
+        "parameter_tensors": _r(tensors, 0),
+        "parameter_elements": int(params[1]),
+        "region_us_per_step": _r(region["wall_us"]),
+        "region_gpu_us_per_step": _r(region["gpu_us"]),
+        "region_ops_per_step": _r(region["ops"]),
+        "fused_bytes": int(costs["bytes"]),
+        "fused_gpu_us": _r(costs["fused_gpu_us"]),
+        "optimizer_gpu_saving_us": _r(costs["gpu_saving_us"]),
+        "host_share_saved": costs["host_share"],
+        "optimizer_host_saving_us": _r(costs["host_saving_us"]),
+        "gpu_busy_us": _r(busy),
+        "basis": (
+            f"step - max(host - host saving, GPU busy - GPU saving): the GPU saving is the update's kernel time "
+            f"minus {3 + 2 * costs['states']} x {params[2]}-byte elements per parameter at "
+            f"{costs['bandwidth'] / 1e12:.2f} TB/s (fused AdamW's measured rate); the host saving is "
+            f"{100 * costs['host_share']:.0f}% of optimizer.step()'s host time ({region['optimizer']}'s measured "
+            "share, foreach against fused on the H200 without the profiler)"
+        ),
+    }
+    return make_finding(rule, a, message, evidence, saving)
+
+
+def optimizer_foreach_timed(
+    finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
+) -> tuple[float, str | None]:
+    """GA205 against the timed step: the host side is the host's time to enqueue the step (timed from an idle
+    GPU) where it is separable from GPU waits, else the timed step itself; the host saving is the class's share of
+    optimizer.step()'s host time as the timed steps measured it (torch.optim's step hooks), or of the profiled
+    region scaled by timed / profiled step."""
+    timed = timed or {}
+    evidence = finding.setdefault("evidence", {})
+    host_saving = float(evidence.get("optimizer_host_saving_us") or 0.0)
+    gpu_saving = float(evidence.get("optimizer_gpu_saving_us") or 0.0)
+    measured = timed.get("optimizer_step_host_us")
+    share = float(evidence.get("host_share_saved") or 0.0)
+    region = evidence.get("region_us_per_step")
+    if isinstance(measured, (int, float)) and measured > 0:
+        evidence["region_timed_us_per_step"] = _r(float(measured))
+        host_saving = share * float(measured)
+    elif isinstance(region, (int, float)) and profiled_us and profiled_us > timed_us:
+        evidence["region_timed_us_per_step"] = _r(float(region) * timed_us / profiled_us)
+        host_saving = share * float(region) * timed_us / profiled_us
+    evidence["optimizer_host_saving_timed_us"] = _r(host_saving)
+    busy = timed.get("gpu_busy_us")
+    busy = float(busy) if isinstance(busy, (int, float)) and busy > 0 else float(evidence.get("gpu_busy_us") or 0.0)
+    busy = min(busy, timed_us)
+    host = timed.get("host_enqueue_us")
+    syncs = timed.get("host_syncs_per_step") or 0
+    launches = timed.get("launch_calls_per_step") or 0
+    separable = isinstance(host, (int, float)) and host > 0 and not syncs and launches <= MAX_PROBED_LAUNCHES
+    host_us = min(float(host), timed_us) if separable else timed_us
+    saving = _bound_saving(host_us, busy, host_saving, gpu_saving)
+    evidence["host_bound_basis"] = (
+        f"host {host_us:,.0f} µs per step ("
+        + ("timed from an idle GPU" if separable else "the timed step: the host's own time is not separable")
+        + f"), GPU busy {busy:,.0f} µs"
+    )
+    return saving, (
+        f"Timed without the profiler the step takes {timed_us:,.0f} µs (GPU busy {busy:,.0f} µs); "
+        f"fused=True would save about {saving:,.0f} µs of it "
+        f"({host_saving:,.0f} µs of host time, {gpu_saving:,.0f} µs of GPU time)."
     )
 
 

@@ -147,6 +147,7 @@ DETECTORS: dict[str, DetectorEntry] = {
     "layout_conversions": DetectorEntry(_MODEL, "layout_conversions", retime="layout_conversions_timed"),
     "fp32_compute": DetectorEntry(_MODEL, "fp32_compute", retime="fp32_compute_timed"),
     "optimizer_loop": DetectorEntry(_MODEL, "optimizer_loop", retime="optimizer_loop_timed"),
+    "optimizer_foreach": DetectorEntry(_MODEL, "optimizer_foreach", retime="optimizer_foreach_timed"),
     "misaligned_gemm": DetectorEntry(_MODEL, "misaligned_gemm"),
     "exposed_communication": DetectorEntry(_DISTRIBUTED, "exposed_communication"),
     "straggler_rank": DetectorEntry(_DISTRIBUTED, "straggler_rank"),
