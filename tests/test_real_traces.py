@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpuadvisor.pipeline import analyze_path
+from gpuadvisor.rules.engine import load_rules
 
 REAL = Path(__file__).resolve().parents[1] / "sample_traces" / "real"
 TRACES = sorted(p.name[: -len(".json.gz")] for p in REAL.glob("*.json.gz"))
@@ -358,3 +359,23 @@ def test_vit_in_fp32_gets_no_layout_finding_and_its_fp32_gemms_are_split_with_ga
     simt = finding("hf_vit_infer", "GA301")
     tf32 = finding("hf_vit_infer", "GA302")
     assert simt is not None and tf32 is not None  # CUDA-core fp32 GEMMs to GA301, the rest to GA302
+
+
+def test_a_small_foreach_adamw_in_a_gpu_bound_step_gets_no_finding():
+    """The input-pipeline sample's AdamW over 6 tensors: its profiled region is 6.4% of the step, but its 50
+    operator calls would cost ~140 µs without the profiler, so fused=True would save under min_saving_us."""
+    report = analyze_path(REAL.parent / "input_pipeline.json.gz")
+    assert "GA205" not in [f["rule_id"] for f in report["findings"]]
+    rule = next(r for r in load_rules() if r.id == "GA205")
+    events = json.load(gzip.open(REAL.parent / "input_pipeline.json.gz", "rt"))["traceEvents"]
+    regions = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "Optimizer.step#AdamW.step"]
+    calls = sorted(
+        sum(
+            1
+            for e in events
+            if e.get("cat") == "cpu_op" and r["ts"] <= e["ts"] and e["ts"] + e["dur"] <= r["ts"] + r["dur"]
+        )
+        for r in regions
+    )
+    assert calls[len(calls) // 2] == 50
+    assert 0.65 * 50 * rule.threshold("host_us_per_operator_call") < rule.threshold("min_saving_us") / 2

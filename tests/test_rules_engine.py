@@ -40,7 +40,7 @@ def test_builtin_detector_names_match_the_registered_detectors():
 
 def test_catalog_rules_have_docs_thresholds_and_stable_file_names():
     rules = load_rules()
-    ids = ["GA101", "GA102", "GA201", "GA202", "GA203", "GA204", "GA301", "GA302", "GA303"]
+    ids = ["GA101", "GA102", "GA201", "GA202", "GA203", "GA204", "GA205", "GA301", "GA302", "GA303"]
     ids += ["GA401", "GA402", "GA501", "GA502", "GA601", "GA602", "GA603", "GA701", "GA702"]
     assert [r.id for r in rules] == ids
     for rule in rules:

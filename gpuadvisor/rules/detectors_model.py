@@ -846,7 +846,12 @@ def optimizer_foreach(a: Analysis, rule: Rule) -> Finding | None:
     busy = min(float(a.median("gpu_busy_us") or 0.0), step)
     # Without a timed host figure the trace's step is the host's bound (the GPU's busy time is the other).
     saving = _bound_saving(step, busy, costs["host_saving_us"], costs["gpu_saving_us"])
-    if saving < rule.threshold("min_saving_us") or 100.0 * saving / step < rule.threshold("min_saving_pct"):
+    # The profiler stretches a region of many small operator calls far more than a step bound by its GPU, so the
+    # absolute floor is judged on what the update would save without it: its operator calls at their measured
+    # unprofiled cost, the class's share of that, plus the GPU's part.
+    unprofiled = costs["host_share"] * region["ops"] * rule.threshold("host_us_per_operator_call")
+    unprofiled += costs["gpu_saving_us"]
+    if unprofiled < rule.threshold("min_saving_us") or 100.0 * saving / step < rule.threshold("min_saving_pct"):
         return None
     optimizer = region["optimizer"]
     tensors = params[0]
@@ -873,6 +878,7 @@ def optimizer_foreach(a: Analysis, rule: Rule) -> Finding | None:
         "optimizer_gpu_saving_us": _r(costs["gpu_saving_us"]),
         "host_share_saved": costs["host_share"],
         "optimizer_host_saving_us": _r(costs["host_saving_us"]),
+        "unprofiled_saving_us": _r(unprofiled),
         "gpu_busy_us": _r(busy),
         "basis": (
             f"step - max(host - host saving, GPU busy - GPU saving): the GPU saving is the update's kernel time "
