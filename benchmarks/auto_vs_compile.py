@@ -20,7 +20,9 @@ ratio and the modes that have no such pair (and why). Two kinds of pair:
 
 The verdict per model is the worst benchmark ratio (the search pairs are listed beside it); ``modes_missing``
 names each of default, reduce-overhead and max-autotune that no benchmark pair covers, with the reason each run
-that tried it gave (a per-model time limit reached while that mode compiled) or "not run".
+that tried it gave (a per-model time limit reached while that mode compiled) or "not run". A benchmark pair counts
+only when the stack it timed is the search's kept one: after a new search keeps another stack, the pairs of runs
+that re-applied the earlier choice are listed as ``earlier_choice_pairs`` and judge nothing.
 """
 
 from __future__ import annotations
@@ -168,7 +170,14 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
     searched = search_pairs(search_doc)
     models = []
     for name in auto_fixes:
-        own = [p for p in bench if p["model"] == name]
+        # Pairs that timed another stack than the search's kept one (an earlier search's choice, re-applied by a
+        # run made before the search changed) stay on record but judge nothing.
+        own = [p for p in bench if p["model"] == name and p["auto_fixes"] == auto_fixes[name]]
+        earlier = [p for p in bench if p["model"] == name and p["auto_fixes"] != auto_fixes[name]]
+        for pair in earlier:
+            unfinished.setdefault(name, {}).setdefault(pair["mode"], []).append(
+                f"timed only beside an earlier auto choice ({', '.join(pair['auto_fixes'] or [])}; {pair['file']})"
+            )
         covered = {p["mode"] for p in own}
         worst = max(own, key=lambda p: p["ratio"]) if own else None
         models.append(
@@ -177,6 +186,7 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
                 "kind": kinds.get(name),
                 "auto_fixes": auto_fixes[name],
                 "benchmark_pairs": own,
+                "earlier_choice_pairs": earlier,
                 "search_pairs": [p for p in searched if p["model"] == name],
                 "worst_benchmark_ratio": worst["ratio"] if worst else None,
                 "worst_benchmark_mode": worst["mode"] if worst else None,
@@ -198,12 +208,17 @@ def summarise(runs: list[Path], search: Path) -> dict[str, Any]:
 
 
 def _missing_cell(mode: str, attempts: list[str]) -> str:
-    """A missing mode for the table: its name, and the per-model limits it was still compiling at."""
+    """A missing mode for the table: its name, the per-model limits it was still compiling at, and whether it was
+    timed only beside an earlier auto choice."""
     limits = [m.group(1) for a in attempts if (m := re.search(r"after the ([0-9.]+) s per-model limit", a))]
-    if not limits:
-        return mode
-    seconds = " and ".join(f"{x:.0f}" for x in sorted(float(x) for x in limits))
-    return f"{mode} (run killed while it compiled, at a per-model limit of {seconds} s)"
+    why = []
+    if limits:
+        seconds = " and ".join(f"{x:.0f}" for x in sorted(float(x) for x in limits))
+        why.append(f"run killed while it compiled, at a per-model limit of {seconds} s")
+    earlier = sorted({m.group(1) for a in attempts if (m := re.search(r"earlier auto choice \(([^;]+);", a))})
+    if earlier:
+        why.append(f"timed only beside the earlier choice {' / '.join(earlier)}")
+    return f"{mode} ({'; '.join(why)})" if why else mode
 
 
 def markdown(doc: dict[str, Any]) -> str:
