@@ -117,6 +117,24 @@ def test_bert_uses_sdpa_and_gets_no_attention_finding(name):
     assert finding(name, "GA202") is None
 
 
+def _optimizer_regions(name: str, annotation: str) -> tuple[list[dict], list[list[dict]], list[dict]]:
+    """(the Optimizer.step annotations, the kernels launched inside each, all events), counted from the raw trace
+    through the launches' correlation ids."""
+    events = _events(name)
+    regions = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == annotation]
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e["name"] and "correlation" in e.get("args", {})
+    }
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    inside = [
+        [k for k in kernels if r["ts"] <= launches.get(k["args"].get("correlation"), -1) <= r["ts"] + r["dur"]]
+        for r in regions
+    ]
+    return regions, inside, events
+
+
 # GA204 optimizer per-parameter loop -----------------------------------------------------------------
 
 
@@ -126,18 +144,8 @@ def test_foreach_off_adamw_loop_is_found():
     ev = f["evidence"]
     assert ev["optimizer"] == "AdamW" and ev["parameter_tensors"] == 148
     # Kernels launched inside Optimizer.step#AdamW.step, counted here through the correlation ids.
-    events = _events("hf_gpt2_train_foreach_off")
-    regions = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "Optimizer.step#AdamW.step"]
-    launches = {
-        e["args"]["correlation"]: e["ts"]
-        for e in events
-        if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e["name"] and "correlation" in e.get("args", {})
-    }
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    per_region = [
-        sum(1 for k in kernels if r["ts"] <= launches.get(k["args"].get("correlation"), -1) <= r["ts"] + r["dur"])
-        for r in regions
-    ]
+    regions, inside, _ = _optimizer_regions("hf_gpt2_train_foreach_off", "Optimizer.step#AdamW.step")
+    per_region = [len(kernels) for kernels in inside]
     assert len(regions) == 3 and per_region == [1184, 1184, 1184]
     assert ev["kernels_per_step"] == 1184 and ev["kernels_per_parameter"] == 8.0
     # GPT-2 small, tied embeddings: 124.4 M parameters; a fused AdamW moves 7 fp32 words per parameter.
@@ -160,18 +168,7 @@ def test_bert_foreach_adamw_is_found_with_its_host_and_gpu_parts():
     assert f is not None and f["fix_id"] == "fused_optimizer" and f["saving_basis"] == "roof"
     ev = f["evidence"]
     assert ev["optimizer"] == "AdamW" and ev["implementation"] == "foreach" and ev["parameter_tensors"] == 201
-    events = _events("hf_bert_finetune_amp")
-    regions = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "Optimizer.step#AdamW.step"]
-    launches = {
-        e["args"]["correlation"]: e["ts"]
-        for e in events
-        if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e["name"] and "correlation" in e.get("args", {})
-    }
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    inside = [
-        [k for k in kernels if r["ts"] <= launches.get(k["args"].get("correlation"), -1) <= r["ts"] + r["dur"]]
-        for r in regions
-    ]
+    regions, inside, events = _optimizer_regions("hf_bert_finetune_amp", "Optimizer.step#AdamW.step")
     assert len(regions) == 3 and [len(ks) for ks in inside] == [48, 48, 48]
     assert all("multi_tensor_apply_kernel" in k["name"] for ks in inside for k in ks)
     gpu = sorted(sum(k["dur"] for k in ks) for ks in inside)[1]
