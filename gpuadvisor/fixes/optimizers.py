@@ -5,7 +5,8 @@ update as a Python loop, about a dozen small kernels per parameter tensor: some 
 148 tensors with AdamW (examples/real/hf_gpt2_train_foreach_off.py; rule GA204). ``foreach=True`` (PyTorch's
 default on CUDA) groups the tensors into multi-tensor kernels, but makes one pass over parameters, gradients and
 state per line of the update, and AdamW's step counters stay on the CPU, read with ``.item()`` per tensor (rule
-GA205: BERT-base's AdamW, 48 kernels and 415 host calls per step). ``fused=True`` does the update in one pass per
+GA205: BERT-base's AdamW, 48 kernels and 415 operator calls directly inside optimizer.step(), 402 of them
+``.item()``, per step). ``fused=True`` does the update in one pass per
 chunk of tensors, counters on the device.
 
 ``check()`` finds the ``torch.optim`` optimizers the workload reaches (a training state's ``.optimizer``, the
