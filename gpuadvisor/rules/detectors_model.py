@@ -331,6 +331,24 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     return make_finding(rule, a, message, evidence, gpu_saving)
 
 
+def separable_host(timed: dict) -> tuple[float | None, str | None]:
+    """The host's time to enqueue a step (``host_enqueue_us``, timed from an idle GPU), or None and why: not
+    measured, or not the host's alone (the step syncs, so the probe includes GPU waits, or it launches more than
+    the GPU's launch queue holds)."""
+    host = timed.get("host_enqueue_us")
+    syncs = timed.get("host_syncs_per_step") or 0
+    launches = timed.get("launch_calls_per_step") or 0
+    if not isinstance(host, (int, float)) or host <= 0:
+        return None, "host time not measured (no timed steps on a GPU)"
+    if syncs:
+        why = f"the step synchronizes with the GPU {syncs:g} times, so its host time includes GPU waits"
+    elif launches > MAX_PROBED_LAUNCHES:
+        why = f"{launches:,.0f} launches per step are more than the GPU's launch queue holds"
+    else:
+        return float(host), None
+    return None, f"host time not separable ({why})"
+
+
 def host_capped_saving(
     finding: dict, timed_us: float, timed: dict, fix_name: str, extra_host_us: float = 0.0, extra_what: str = ""
 ) -> tuple[float, str | None]:
@@ -348,19 +366,9 @@ def host_capped_saving(
     if not isinstance(gpu_saving, (int, float)):
         return finding.get("estimated_saving_us_per_step") or 0.0, None
     gpu_saving = float(gpu_saving)
-    host = timed.get("host_enqueue_us")
-    syncs = timed.get("host_syncs_per_step") or 0
-    launches = timed.get("launch_calls_per_step") or 0
-    if not isinstance(host, (int, float)) or host <= 0:
-        evidence["host_bound_basis"] = "host time not measured (no timed steps on a GPU): the GPU's saving stands"
-        return gpu_saving, None
-    if syncs or launches > MAX_PROBED_LAUNCHES:
-        why = (
-            f"the step synchronizes with the GPU {syncs:g} times, so its host time includes GPU waits"
-            if syncs
-            else f"{launches:,.0f} launches per step are more than the GPU's launch queue holds"
-        )
-        evidence["host_bound_basis"] = f"host time not separable ({why}): the GPU's saving stands"
+    host, why = separable_host(timed)
+    if host is None:
+        evidence["host_bound_basis"] = f"{why}: the GPU's saving stands"
         return gpu_saving, None
     host_after = float(host) + float(extra_host_us)
     after = max(host_after, timed_us - gpu_saving)
@@ -660,6 +668,13 @@ def _parameters_per_step(a: Analysis) -> tuple[float, float, int] | None:
     return len(rows) / steps, numel / steps, itemsize
 
 
+def _fused_update_bytes(optimizer: str, numel: float, itemsize: int) -> tuple[int, float]:
+    """(state tensors per parameter, bytes) of a fused update: it reads parameter, gradient and state once and
+    writes parameter and state once."""
+    states = _STATE_TENSORS.get(optimizer, 1)
+    return states, numel * itemsize * (3 + 2 * states)
+
+
 def _optimizer_regions(a: Analysis) -> dict | None:
     """What the profiled steps' ``optimizer.step()`` calls (the Optimizer.step#<Class>.step annotations) did,
     per step (a step may call it more than once: its calls add up; medians over the steps, as for the step
@@ -723,9 +738,7 @@ def optimizer_loop(a: Analysis, rule: Rule) -> Finding | None:
     if per_param < rule.threshold("min_kernels_per_parameter"):
         return None
     optimizer = region["optimizer"]
-    states = _STATE_TENSORS.get(optimizer, 1)
-    # A fused update reads parameter, gradient and state once and writes parameter and state once.
-    bytes_moved = numel * itemsize * (3 + 2 * states)
+    states, bytes_moved = _fused_update_bytes(optimizer, numel, itemsize)
     bandwidth = (a.peaks.hbm_bytes_per_s or 4.8e12) * rule.threshold("bandwidth_fraction_of_peak")
     fused_us = bytes_moved / bandwidth * 1e6 + rule.threshold("fused_launches") * rule.threshold("launch_us")
     saving = max(0.0, wall_per_step - fused_us)
@@ -804,9 +817,8 @@ _HOST_SHARE_THRESHOLD = {"Adam": "host_share_adam", "AdamW": "host_share_adam", 
 def _fused_update_costs(region: dict, params: tuple[float, float, int], rule: Rule, a: Analysis) -> dict:
     """A fused update's GPU time (the bytes it moves once at the measured fraction of the HBM peak) and the share
     of the region's host time it takes off (measured per optimizer class)."""
-    tensors, numel, itemsize = params
-    states = _STATE_TENSORS.get(region["optimizer"], 1)
-    bytes_moved = numel * itemsize * (3 + 2 * states)
+    _, numel, itemsize = params
+    states, bytes_moved = _fused_update_bytes(region["optimizer"], numel, itemsize)
     bandwidth = (a.peaks.hbm_bytes_per_s or 4.8e12) * rule.threshold("fused_bandwidth_fraction_of_peak")
     fused_gpu = bytes_moved / bandwidth * 1e6
     share_key = _HOST_SHARE_THRESHOLD.get(region["optimizer"])
@@ -883,7 +895,7 @@ def optimizer_foreach(a: Analysis, rule: Rule) -> Finding | None:
         "basis": (
             f"step - max(host - host saving, GPU busy - GPU saving): the GPU saving is the update's kernel time "
             f"minus {3 + 2 * costs['states']} x {params[2]}-byte elements per parameter at "
-            f"{costs['bandwidth'] / 1e12:.2f} TB/s (fused AdamW's measured rate); the host saving is "
+            f"{costs['bandwidth'] / 1e12:.2f} TB/s (fused updates' measured rate); the host saving is "
             f"{100 * costs['host_share']:.0f}% of optimizer.step()'s host time ({region['optimizer']}'s measured "
             "share, foreach against fused on the H200 without the profiler)"
         ),
@@ -915,15 +927,16 @@ def optimizer_foreach_timed(
     busy = timed.get("gpu_busy_us")
     busy = float(busy) if isinstance(busy, (int, float)) and busy > 0 else float(evidence.get("gpu_busy_us") or 0.0)
     busy = min(busy, timed_us)
-    host = timed.get("host_enqueue_us")
-    syncs = timed.get("host_syncs_per_step") or 0
-    launches = timed.get("launch_calls_per_step") or 0
-    separable = isinstance(host, (int, float)) and host > 0 and not syncs and launches <= MAX_PROBED_LAUNCHES
-    host_us = min(float(host), timed_us) if separable else timed_us
+    host, why = separable_host(timed)
+    host_us = timed_us if host is None else min(host, timed_us)
     saving = _bound_saving(host_us, busy, host_saving, gpu_saving)
     evidence["host_bound_basis"] = (
         f"host {host_us:,.0f} µs per step ("
-        + ("timed from an idle GPU" if separable else "the timed step: the host's own time is not separable")
+        + (
+            "timed from an idle GPU"
+            if host is not None
+            else f"the timed step: the host's own time is not separable; {why}"
+        )
         + f"), GPU busy {busy:,.0f} µs"
     )
     return saving, (
