@@ -202,6 +202,46 @@ def test_channels_last_on_an_adam_training_step_has_its_fp64_reference():
     assert "vs an fp64 copy of the original" in outcome.numerics["detail"]
 
 
+def test_a_rollback_leads_with_the_fp64_judgement_not_a_noise_only_tensor():
+    """A training step whose "fix" rounds one activation to fp16 precision: the fixed bound's worst tensor is the
+    bias before BatchNorm (its gradient is rounding noise, rel-L2 in the thousands between two float32 runs),
+    which the fp64 judgement sets aside; the line leads with what failed there, a real tensor 1000x its own
+    noise, and keeps the fixed bound's judgement after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+
+    def step(state, inputs, coarse=False):
+        net, opt = state
+        opt.zero_grad()
+        hidden = net[0](inputs[0])
+        if coarse:
+            hidden = hidden.half().float()
+        loss = nn.functional.cross_entropy(net[3](net[2](net[1](hidden))), inputs[1])
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    original = Workload("m.py", (model, optimizer), (x, y), lambda: None, None, "m").with_step((model, optimizer), step)
+    for _ in range(2):
+        original.step_fn()
+    copied = copy.deepcopy((model, optimizer))
+    coarse = Workload("m.py", copied, (x, y), lambda: None, None, "m").with_step(
+        copied, functools.partial(step, coarse=True)
+    )
+    result = numerics.check_numerics(original, coarse, "model")
+    assert not result.passed
+    assert result.metric == "rel_l2_vs_fp64_reference" and 1e-4 < result.value < 1e-2, result
+    assert result.detail.startswith("rel-L2 of state model[1].state[0].momentum_buffer vs an fp64 copy")
+    fixed = result.detail.split("; with the fixed bound: ", 1)[1]
+    assert fixed.startswith("rel-L2 of state model[0].0.bias vs the original: ")
+    assert "not judged one by one" in result.detail.split("; with the fixed bound: ")[0]
+    exact_copy = copy.deepcopy((model, optimizer))
+    same = Workload("m.py", exact_copy, (x, y), lambda: None, None, "m").with_step(exact_copy, step)
+    assert numerics.check_numerics(original, same, "model").passed
+
+
 def test_the_fp64_copy_widens_optimizer_moments_but_not_the_step_counter():
     model = nn.Linear(4, 2)
     optimizer = torch.optim.Adam(model.parameters())
