@@ -80,6 +80,9 @@ def test_a_run_adds_its_workloads_to_the_index_and_keeps_the_earlier_ones(tmp_pa
     new = index["workloads"]["hf_gpt2_eager_attention"]
     assert new["gpu"] == "NVIDIA H200, 590" and new["ncu"] == "Version 2026.1" and new["rc"] == 0
     assert "examples/real/hf_gpt2_eager_attention.py" in new["command"]
+    (profiled,) = [c for c in commands if "--log-file" in c]
+    assert profiled[0] == "/opt/ncu/ncu"
+    assert str(ROOT / "examples" / "real" / "hf_gpt2_eager_attention.py") in map(str, profiled)
     assert new["csv"] == "hf_gpt2_eager_attention.csv.gz"
     assert gzip.open(out / new["csv"], "rt").read() == "ID,Kernel Name\n"
     assert not (out / "hf_gpt2_eager_attention.csv").exists()
