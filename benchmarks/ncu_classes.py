@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             "log_tail": tail if rc else None,
         }
         print(f"{name}: rc {rc} in {index['workloads'][name]['seconds']} s", flush=True)
-    index_path.write_text(json.dumps(index, indent=2) + "\n")
+        # Written after every workload, so a run cut short keeps what it finished.
+        index_path.write_text(json.dumps(index, indent=2) + "\n")
     return 0
 
 
