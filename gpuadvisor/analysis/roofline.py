@@ -24,8 +24,13 @@ Classes, in order of precedence:
 - ``compute`` (issue-bound): PyTorch's generic TensorIterator loops (``elementwise_kernel<...>``,
   ``unrolled_elementwise_kernel<...>``: not the vectorized path) under 60% of the memory roof with a full
   wave spend their time on per-element index arithmetic: on the H200 Nsight Compute measured three of them at
-  56-71% of SM throughput and 33-55% of DRAM (benchmarks/results/ncu_classes). Estimated, by name; their
-  roof side stays memory, so a fused kernel is still the fix;
+  56-71% of SM throughput and 33-55% of DRAM (benchmarks/results/ncu_classes). So do the row-wise
+  normalization and pooling kernels of PyTorch and cuDNN (softmax, layer norm, batch norm, max/avg pooling:
+  per-row reductions through warp shuffles, exp/rsqrt, window index arithmetic): every full-wave launch of
+  them Nsight Compute measured on the H200 used more of the SM than of DRAM (``softmax_warp_forward`` 82% SM
+  / 37% DRAM, ``vectorized_layer_norm_kernel`` 74 / 13, ``bn_fw_tr_1C11_singleread`` 42 / 36,
+  ``bn_bw_1C11_singleread`` 36 / 26, ``max_pool_forward_nchw`` 83 / 35, ``max_pool_backward_nchw`` 80 / 13).
+  Estimated, by name; their roof side stays memory, so a fused kernel is still the fix;
 - ``compute`` / ``memory``: arithmetic intensity above / below the ridge point;
 - without FLOPs/bytes or peaks, GEMM/convolution/attention families count as compute and the rest as
   memory (``estimated`` = True); communication kernels (NCCL) are ``unknown``.
@@ -66,6 +71,26 @@ _FAMILY_RES = [(fam, re.compile(pat, re.IGNORECASE)) for fam, pat in FAMILY_PATT
 NEAR_ROOF_PCT = 60.0
 # PyTorch's generic (non-vectorized) TensorIterator loops: per-element offset arithmetic, issue-bound.
 _GENERIC_LOOP = re.compile(r"(?<![\w])(elementwise_kernel|unrolled_elementwise_kernel)<")
+# cuDNN's NCHW<->NHWC layout transposes around its NHWC convolutions (GA203's kernels).
+LAYOUT_CONVERSION_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
+# PyTorch's and cuDNN's row-wise normalization and pooling kernels: issue-bound under the memory roof (module
+# docstring). Not Triton's fused kernels, which Nsight Compute has not measured here.
+_ISSUE_BOUND_ROWS = re.compile(
+    r"^(?!triton).*(softmax_warp_|layer_norm_kernel|\bbn_(fw|bw)_|::bn_(fw|bw)_|batch_norm_|max_pool|avg_pool)"
+)
+# cuDNN's two-pass BatchNorm kernels (``bn_fw_tr_1C11_kernel_NCHW``, ``bn_bw_1C11_kernel_new``; not the
+# ``singleread`` ones) read their input twice: once for the statistics, once to normalize (forward: x read
+# twice, y written: 3 tensors against the 2 counted; backward: x and dy read twice, dx written: 5 against 3).
+# Nsight Compute on the H200 measured them at 1.5x and 1.7x the DRAM traffic of the single-read count
+# (benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz).
+_TWO_PASS_BN = (
+    (re.compile(r"\bbn_fw_tr_1C11_kernel"), 3.0 / 2.0, "cuDNN two-pass BatchNorm: input read twice, output written"),
+    (
+        re.compile(r"\bbn_bw_1C11_kernel"),
+        5.0 / 3.0,
+        "cuDNN two-pass BatchNorm backward: input and grad read twice, grad input written",
+    ),
+)
 # Resident blocks per SM by compute capability (CUDA C Programming Guide, "Compute Capabilities" table).
 MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 2): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24, (9, 0): 32}
 REGISTER_ALLOCATION_UNIT = 256  # registers are allocated per warp in units of 256
@@ -97,6 +122,16 @@ KERNEL_COLUMNS = [
     "graph_replay",
     "waves",
 ]
+
+
+def two_pass_factor(names) -> np.ndarray:
+    """Per kernel name, how many times the single-read byte count its launching operator gives it moves:
+    1.5 / 1.67 for cuDNN's two-pass BatchNorm kernels (``_TWO_PASS_BN``), 1 for every other kernel."""
+    return np.array([next((f for p, f, _ in _TWO_PASS_BN if p.search(n)), 1.0) for n in names], dtype=float)
+
+
+def _two_pass_basis(name: str) -> str | None:
+    return next((why for p, _, why in _TWO_PASS_BN if p.search(name)), None)
 
 
 def kernel_family(name: str) -> str:
@@ -183,16 +218,31 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
                 }
             )
             merged = k[["rank", "external_id", "dur_us"]].merge(costs, on=["rank", "external_id"], how="left")
-            # Split each operator call's cost among its kernels by duration.
-            total = merged.groupby(["rank", "external_id"])["dur_us"].transform("sum").to_numpy(float)
-            share = np.divide(merged["dur_us"].to_numpy(float), total, out=np.ones(len(merged)), where=total > 0)
-            flops = merged["op_flops"].to_numpy(float) * share
+            # Split each operator call's cost among its kernels by duration; its FLOPs only among its math
+            # kernels (GEMM, convolution, attention) when it has any: a layout transpose or a split-K
+            # reduction cuDNN runs beside a convolution moves bytes and does none of its multiply-adds.
+            keys = [merged["rank"], merged["external_id"]]
+            dur_all = merged["dur_us"].to_numpy(float)
+            math_kernel = np.isin(family.to_numpy(object), list(COMPUTE_FAMILIES))
+            dur_math = np.where(math_kernel, dur_all, 0.0)
+            total = pd.Series(dur_all).groupby(keys).transform("sum").to_numpy(float)
+            total_math = pd.Series(dur_math).groupby(keys).transform("sum").to_numpy(float)
+            share = np.divide(dur_all, total, out=np.ones(len(merged)), where=total > 0)
+            math_share = np.where(
+                total_math > 0, np.divide(dur_math, total_math, out=np.zeros(len(merged)), where=total_math > 0), share
+            )
+            flops = merged["op_flops"].to_numpy(float) * math_share
             nbytes = merged["op_bytes"].to_numpy(float) * share
             dtype = merged["op_dtype"].to_numpy(object)
             estimated = merged["op_estimated"].fillna(True).to_numpy(bool)
             op_name = merged["op"].to_numpy(object)
             basis = merged["op_basis"].to_numpy(object)
 
+    passes = two_pass_factor(unique_names)[name_codes]
+    if (passes != 1.0).any():
+        nbytes = nbytes * passes
+        whys = np.array([_two_pass_basis(n) for n in unique_names], dtype=object)[name_codes]
+        basis = np.where((passes != 1.0) & np.isfinite(nbytes), whys, basis).astype(object)
     dur = k["dur_us"].to_numpy(float)
     blocks = k["blocks"].to_numpy()
     launch_dur = k["launch_dur_us"].to_numpy(float)
@@ -229,7 +279,9 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     own_launch = ~graph & (dur < launch_dur)  # False where launch_dur is NaN
     waves = kernel_waves(trace, k, blocks, sm_count)
     under_one_wave = np.where(np.isfinite(waves), waves < 1.0, (blocks > 0) & (blocks < sm_count))
-    generic_loop = np.array([bool(_GENERIC_LOOP.search(n)) for n in unique_names], dtype=bool)[name_codes]
+    generic_loop = np.array(
+        [bool(_GENERIC_LOOP.search(n) or _ISSUE_BOUND_ROWS.search(n)) for n in unique_names], dtype=bool
+    )[name_codes]
     issue_bound = generic_loop & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
     bound = np.select(
         [

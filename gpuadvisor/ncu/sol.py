@@ -2,20 +2,22 @@
 
 Nsight Compute's SpeedOfLight section reports each unit's throughput as a percentage of its sustained peak:
 "Compute (SM) Throughput" (``sm__throughput``) and, for the memory side of the roofline gpuadvisor draws,
-DRAM throughput (``dram__throughput``). Its bottleneck rule reads them with one threshold, 60% of peak; its
-LaunchStats rule calls a grid of less than one full wave (``launch__waves_per_multiprocessor`` < 1: fewer
-blocks than the SMs can hold at once) too small to fill the GPU. The verdict used here:
+DRAM throughput (``dram__throughput``). Its bottleneck rule reads them with one threshold, 60% of peak: a
+unit at or above it bounds the kernel ("Compute/Memory is more heavily utilized"); both under it "typically
+indicate latency issues". Its LaunchStats rule adds, for a grid of less than one full wave
+(``launch__waves_per_multiprocessor`` < 1), "this kernel grid is too small to fill the available resources".
+The verdict used here:
 
-1. a unit at >= 60% of its peak: the kernel is bound by it (``memory`` for DRAM, ``compute`` for SM; the
-   larger of the two when both are);
-2. otherwise, a grid under one wave: ``latency`` (ncu's small-grid verdict);
-3. otherwise ``memory`` or ``compute``, whichever unit is nearer its peak (the bottleneck ncu's throughput
-   breakdown points at).
+1. a unit at >= 60% of its peak: ``memory`` (DRAM) or ``compute`` (SM), the larger when both are;
+2. otherwise ``latency`` (either of ncu's latency messages), with ``nearer``: the unit nearer its peak.
 
-gpuadvisor's classes map onto these verdicts one to one, except ``launch`` (a kernel shorter than its own
-launch call), which agrees with ``latency``: ncu times one launch at a time, so it has no launch-wait class.
-``tests/test_ncu_classes.py`` checks the classes of the four sample traces against the H200 exports in
-``benchmarks/results/ncu_classes`` (recorded by ``benchmarks/ncu_classes.py``).
+gpuadvisor's classes agree with a verdict as follows: ``memory`` / ``compute`` with the same bound verdict,
+or with a latency verdict whose nearer unit is theirs (a kernel under both roofs, leaning to that side);
+``latency`` (grid under one wave) and ``launch`` (a kernel shorter than its own launch call; ncu times one
+launch at a time, so it has no launch-wait message) with a latency verdict. ``tests/test_ncu_classes.py``
+joins each workload's trace to its export launch by launch (:func:`agreement`) and checks the share of GPU
+time that agrees; the exports are in ``benchmarks/results/ncu_classes`` (recorded by
+``benchmarks/ncu_classes.py``).
 """
 
 from __future__ import annotations
@@ -36,32 +38,39 @@ SOL_METRICS = {
 
 BOUND_PCT = 60.0  # ncu's SpeedOfLight bottleneck rule
 
-# gpuadvisor class -> the ncu verdict it agrees with
-AGREES_WITH = {"memory": "memory", "compute": "compute", "latency": "latency", "launch": "latency"}
 
-
-def verdict(compute_pct: float | None, dram_pct: float | None, waves: float | None = None) -> str | None:
-    """The verdict (module docstring) from SM and DRAM throughput (percent of peak) and the grid's waves; None
-    when a throughput is missing."""
+def verdict(compute_pct: float | None, dram_pct: float | None) -> str | None:
+    """The verdict (module docstring) from SM and DRAM throughput (percent of peak); None when one is missing."""
     if compute_pct is None or dram_pct is None:
         return None
-    nearer = "memory" if dram_pct >= compute_pct else "compute"
     if max(compute_pct, dram_pct) >= BOUND_PCT:
-        return nearer
-    if waves is not None and waves < 1.0:
-        return "latency"
-    return nearer
+        return nearer_unit(compute_pct, dram_pct)
+    return "latency"
+
+
+def nearer_unit(compute_pct: float, dram_pct: float) -> str:
+    """``memory`` or ``compute``: the unit nearer its peak."""
+    return "memory" if dram_pct >= compute_pct else "compute"
+
+
+def agrees(ours: str | None, launch: dict[str, Any]) -> bool:
+    """Whether gpuadvisor's class for a launch agrees with ncu's verdict for it (module docstring)."""
+    ncu = launch.get("verdict")
+    if ncu is None or ours is None:
+        return False
+    if ncu != "latency":
+        return ours == ncu
+    return ours in ("latency", "launch") or ours == launch.get("nearer")
 
 
 def launch_verdicts(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per profiled launch (from :func:`gpuadvisor.ncu.counters.parse_csv`): kernel, duration µs, the two SOL
-    figures and the verdict."""
+    figures, the grid's waves, the verdict and the nearer unit."""
     out = []
     for launch in launches:
         metrics = launch["metrics"]
         compute = metrics.get(SOL_METRICS["compute_pct"])
         dram = metrics.get(SOL_METRICS["dram_pct"])
-        waves = metrics.get(SOL_METRICS["waves"])
         out.append(
             {
                 "kernel": launch["kernel"],
@@ -70,50 +79,95 @@ def launch_verdicts(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "dram_pct": dram,
                 "memory_pct": metrics.get(SOL_METRICS["memory_pct"]),
                 "grid": metrics.get(SOL_METRICS["grid"]),
-                "waves": waves,
-                "verdict": verdict(compute, dram, waves),
+                "waves": metrics.get(SOL_METRICS["waves"]),
+                "verdict": verdict(compute, dram),
+                "nearer": nearer_unit(compute, dram) if compute is not None and dram is not None else None,
             }
         )
     return out
 
 
-def comparable_name(name: str) -> str:
-    """A kernel name as both the profiler (full namespaces) and Nsight Compute (shortened ones) spell it: no
-    namespace qualifiers, no ``void``, no whitespace."""
-    name = re.sub(r"\(anonymous namespace\)::|<unnamed>::|unnamed>::", "", name)
-    name = re.sub(r"\b\w+::", "", name)
-    name = re.sub(r"\bvoid\b", "", name)
-    return re.sub(r"\s+", "", name)
+def base_name(name: str) -> str:
+    """A kernel's function name without namespaces, template arguments or parameters, as both the profiler
+    (``void at::native::(anonymous namespace)::softmax_warp_forward<c10::Half, ..., false>(c10::Half*, ...)``)
+    and Nsight Compute (``void <unnamed>::softmax_warp_forward<c10::Half, ..., 0>(T2 *, ...)``) spell it."""
+    name = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", name)
+    name = re.sub(r"^\s*void\s+", "", name)
+    head = re.split(r"[<(]", name, maxsplit=1)[0]
+    return head.rsplit("::", 1)[-1].strip()
 
 
-def agreement(kernels: list[dict[str, Any]], launches: list[dict[str, Any]]) -> dict[str, Any]:
-    """How much of the trace's GPU time has a class that agrees with ncu's verdict for the same kernel.
+def trace_launches(path) -> list[dict[str, Any]]:
+    """Every kernel launch inside a profiled step of a trace, in time order: name, step, duration µs and the
+    class gpuadvisor gives that launch."""
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.trace.kineto import load_trace
 
-    ``kernels``: a report's kernel rows (name, bound, us_per_step); ``launches``: :func:`launch_verdicts`.
-    A kernel is matched by :func:`comparable_name` (the first 60 characters when the full names differ);
-    its ncu verdict is the most common over its launches. Unmatched kernels count as disagreeing.
-    Returns {agree_pct, matched_pct, total_us, rows: [{kernel, us_per_step, ours, ncu, agrees}]}."""
-    by_name: dict[str, list[str]] = {}
+    trace = load_trace(path)
+    kernels = analyze_trace(trace, lookup_peaks(trace.device, None)).kernels
+    kernels = kernels[kernels["step_index"] >= 0].sort_values("ts_us", kind="stable")
+    return [
+        {"kernel": name, "step": int(step), "dur_us": float(dur), "bound": bound}
+        for name, step, dur, bound in zip(kernels["name"], kernels["step_index"], kernels["dur_us"], kernels["bound"])
+    ]
+
+
+def agreement(launches: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """How much of a trace's in-step GPU time has a class that agrees with Nsight Compute's verdict for the same
+    launch.
+
+    ``launches``: :func:`trace_launches` (several steps); ``verdicts``: :func:`launch_verdicts` of one step of
+    the same workload. Each trace step is joined to ncu's launches by order and name: the longest common
+    subsequence of the two lists of :func:`base_name` (difflib), so a kernel one side has and the other lacks
+    shifts nothing. A launch with no partner counts as disagreeing. Returns {agree_pct, matched_pct, total_us,
+    rows: [{kernel, us_per_step, ours, ncu, agrees, agree_pct}]}, a row per kernel name (most common class and
+    verdict over its launches; ``agrees`` when at least half its time agrees)."""
+    from difflib import SequenceMatcher
+
+    ncu_names = [base_name(v["kernel"]) for v in verdicts]
+    steps: dict[int, list[dict[str, Any]]] = {}
     for launch in launches:
-        if launch["verdict"] is not None:
-            by_name.setdefault(comparable_name(launch["kernel"]), []).append(launch["verdict"])
-    prefixes: dict[str, list[str]] = {}
-    for key, verdicts in by_name.items():
-        prefixes.setdefault(key[:60], []).extend(verdicts)
-    rows, total, agreed, matched = [], 0.0, 0.0, 0.0
-    for row in kernels:
-        us = float(row.get("us_per_step") or 0.0)
-        key = comparable_name(row["name"])
-        verdicts = by_name.get(key) or prefixes.get(key[:60])
-        ncu = Counter(verdicts).most_common(1)[0][0] if verdicts else None
-        agrees = ncu is not None and AGREES_WITH.get(row.get("bound")) == ncu
-        total += us
-        matched += us if ncu is not None else 0.0
-        agreed += us if agrees else 0.0
-        rows.append({"kernel": row["name"], "us_per_step": us, "ours": row.get("bound"), "ncu": ncu, "agrees": agrees})
+        steps.setdefault(launch["step"], []).append(launch)
+    per_kernel: dict[str, dict[str, Any]] = {}
+    total = agreed = matched = 0.0
+    for step in steps.values():
+        partner: dict[int, dict[str, Any]] = {}
+        blocks = SequenceMatcher(None, [base_name(x["kernel"]) for x in step], ncu_names, autojunk=False)
+        for block in blocks.get_matching_blocks():
+            for k in range(block.size):
+                partner[block.a + k] = verdicts[block.b + k]
+        for i, launch in enumerate(step):
+            ncu_launch = partner.get(i)
+            ncu = ncu_launch["verdict"] if ncu_launch else None
+            agreed_here = ncu_launch is not None and agrees(launch["bound"], ncu_launch)
+            us = launch["dur_us"]
+            total += us
+            matched += us if ncu is not None else 0.0
+            agreed += us if agreed_here else 0.0
+            row = per_kernel.setdefault(
+                launch["kernel"], {"us": 0.0, "agreed": 0.0, "ours": Counter(), "ncu": Counter()}
+            )
+            row["us"] += us
+            row["agreed"] += us if agreed_here else 0.0
+            row["ours"][launch["bound"]] += us
+            if ncu is not None:
+                row["ncu"][ncu] += us
+    n_steps = max(len(steps), 1)
+    rows = [
+        {
+            "kernel": name,
+            "us_per_step": row["us"] / n_steps,
+            "ours": row["ours"].most_common(1)[0][0],
+            "ncu": row["ncu"].most_common(1)[0][0] if row["ncu"] else None,
+            "agree_pct": 100.0 * row["agreed"] / row["us"] if row["us"] else None,
+            "agrees": row["agreed"] >= 0.5 * row["us"],
+        }
+        for name, row in per_kernel.items()
+    ]
     return {
         "agree_pct": 100.0 * agreed / total if total else None,
         "matched_pct": 100.0 * matched / total if total else None,
-        "total_us": total,
+        "total_us": total / n_steps,
         "rows": rows,
     }

@@ -10,7 +10,7 @@ import pandas as pd
 
 from gpuadvisor.analysis.bundle import Analysis
 from gpuadvisor.analysis.linking import factorize_names, match_names
-from gpuadvisor.analysis.roofline import NEAR_ROOF_PCT
+from gpuadvisor.analysis.roofline import LAYOUT_CONVERSION_KERNEL, NEAR_ROOF_PCT
 from gpuadvisor.analysis.sources import DIRECTION_KINDS
 from gpuadvisor.analysis.timeline import call_sources
 from gpuadvisor.device.peaks import peak_flops
@@ -160,7 +160,11 @@ def _chains(k: pd.DataFrame, min_length: int, max_intensity: float) -> pd.DataFr
     # Under the memory roof by intensity: an issue-bound TensorIterator loop (class compute, roof side memory)
     # is still a kernel a fused one replaces.
     side = k["roof_side"] if "roof_side" in k else k["bound"]
-    eligible = (k["family"].isin(_CHAIN_FAMILIES) & (side != "compute") & ~(k["intensity"] > max_intensity)).to_numpy()
+    # cuDNN's layout transposes are GA203's (channels_last removes them; a fused kernel does not).
+    layout = match_names(k["name"], LAYOUT_CONVERSION_KERNEL)
+    eligible = (
+        k["family"].isin(_CHAIN_FAMILIES) & (side != "compute") & ~(k["intensity"] > max_intensity)
+    ).to_numpy() & ~layout
     ordered = k.assign(eligible=eligible).sort_values(["step_index", "stream", "ts_us"], kind="stable")
     flags = ordered["eligible"].to_numpy()
     group = ordered["step_index"].to_numpy() * 1_000_003 + ordered["stream"].to_numpy()

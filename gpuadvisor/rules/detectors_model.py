@@ -15,6 +15,7 @@ import pandas as pd
 from gpuadvisor.analysis.bundle import Analysis
 from gpuadvisor.analysis.linking import assign_steps, match_names, step_windows
 from gpuadvisor.analysis.operators import kernels_launched, operator_inputs, operator_parents, tensor_dims
+from gpuadvisor.analysis.roofline import LAYOUT_CONVERSION_KERNEL, two_pass_factor
 from gpuadvisor.device.peaks import peak_flops
 from gpuadvisor.report.formatting import short_kernel_name
 from gpuadvisor.rules.engine import MEASURED_ALTERNATIVE, ROOF, Finding, Rule, SkipRule, make_finding
@@ -262,7 +263,7 @@ def unfused_attention(a: Analysis, rule: Rule) -> Finding | None:
 # ----------------------------------------------------------------------------------------------------
 # GA203 layout conversions
 
-_LAYOUT_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
+_LAYOUT_KERNEL = LAYOUT_CONVERSION_KERNEL
 # cuDNN's batch-norm kernels for NCHW tensors (the "spatial" per-channel ones: bn_fw_tr_1C11_kernel_NCHW,
 # bn_bw_1C11_kernel_new, bn_*_1C11_singleread, bn_fw_inf_1C11_kernel_NCHW); in channels_last cuDNN runs its
 # NHWC kernels (batchnorm_fwtr_nhwc_semiPersist, batchnorm_bwtr_nhwc_semiPersist) instead.
@@ -287,12 +288,14 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     by_name = conv.groupby("name")["dur_us"].sum().sort_values(ascending=False)
     to_nhwc = int(match_names(conv["name"], r"(?i)nchwToNhwc|nchw2nhwc").sum())
     ops = conv["op"].dropna().value_counts()
-    # The NCHW batch-norm kernels: in channels_last their NHWC counterparts move the same bytes at
-    # nhwc_batchnorm_fraction_of_roof of the memory roof; a kernel whose roof share is unknown counts zero.
+    # The NCHW batch-norm kernels: in channels_last their NHWC counterparts, which read their input once, move
+    # its bytes at nhwc_batchnorm_fraction_of_roof of the memory roof; a kernel whose roof share is unknown
+    # counts zero. A two-pass NCHW kernel's roof time counts its bytes once (the NHWC kernel's count).
     bn = k[match_names(k["name"], _NCHW_BATCHNORM_KERNEL) & (k["family"] == "normalization").to_numpy()]
     fraction = rule.threshold("nhwc_batchnorm_fraction_of_roof")
     bn_dur = bn["dur_us"].to_numpy(float)
     bn_roof = bn_dur * np.clip(bn["pct_of_roof"].to_numpy(float), 0.0, 100.0) / 100.0
+    bn_roof = bn_roof / two_pass_factor(bn["name"].tolist())
     bn_saving = float(np.clip(bn_dur - bn_roof / fraction, 0.0, None)[np.isfinite(bn_roof)].sum()) / a.n_steps
     gpu_saving = per_step + bn_saving
     # channels_last's own host cost: cuDNN's NHWC paths cost the host more per convolution call (forward and
