@@ -43,7 +43,7 @@ def _launches(name: str):
 # of DRAM gets the operator's mean rate), its layout transposes' bytes are the operator's, not the tensor they
 # move, and its single-read batch-norm and 1.94-wave NCHW batch-norm kernels sit within a few points of SM and
 # DRAM throughput, where the nearer unit is a coin toss.
-AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 85.0}
+AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 86.5}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

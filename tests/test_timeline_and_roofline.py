@@ -171,6 +171,17 @@ def test_gathers_and_slice_writes_count_what_they_touch():
     assert gather.bytes == 8192 * 768 * (8 + 2 * 2)
 
 
+def test_convolution_backward_reads_the_output_grad_once_per_gradient_kernel():
+    """A ResNet-50 bottleneck's 3x3 convolution backward (batch 64, 64 channels, 56x56, fp32): dy is read by the
+    grad-input and the grad-weight kernels; x and w read once; dx and dw written."""
+    dy = x = [64, 64, 56, 56]
+    w = [64, 64, 3, 3]
+    cost = op_cost("aten::convolution_backward", [dy, x, w], ["float", "float", "float"], 0.0)
+    act, weight = 64 * 64 * 56 * 56 * 4, 64 * 64 * 9 * 4
+    assert cost.bytes == 2 * act + act + weight + act + weight
+    assert "dgrad and the wgrad" in cost.basis
+
+
 @pytest.fixture(scope="module")
 def every_report() -> dict[str, dict]:
     reports = {}

@@ -7,7 +7,8 @@ written once, no cache reuse. Each family counts what its kernels touch, not wha
 - GEMM: A and B (and a bias) read, C written; FLOPs 2·M·N·K.
 - convolution: input and weight read, output written; the trace keeps no strides, so the output is taken as
   N·C_out·(input spatial size), exact at stride 1 and an upper bound otherwise; backward writes grad input and
-  grad weight.
+  grad weight, and reads the output's grad twice: the grad-input and grad-weight GEMMs are separate kernels
+  that each read it.
 - attention (SDPA): q, k, v (and a mask) read, the output written; FLOPs 2·B·H·Lq·Lk·(E + Ev), no causal
   halving (the trace does not say), backward 2.5x forward (FlashAttention-2's count).
 - gather / scatter / index / embedding: the index tensor, the rows or elements selected and the output; for
@@ -247,8 +248,12 @@ def _convolution(name: str, args: list) -> tuple[float, float, str] | None:
             return None
         per_output = _numel(w.shape[1:]) or 0
         flops = 2 * 2.0 * grad_out.numel * per_output  # grad input and grad weight, each a GEMM as large as forward
-        read = grad_out.nbytes + x.nbytes + w.nbytes
-        return flops, float(read + x.nbytes + w.nbytes), "convolution backward: grad, input, weight read; grads written"
+        read = 2 * grad_out.nbytes + x.nbytes + w.nbytes  # dgrad and wgrad kernels each read the output's grad
+        return (
+            flops,
+            float(read + x.nbytes + w.nbytes),
+            "convolution backward: grad read by the dgrad and the wgrad kernels, input and weight read; grads written",
+        )
     x, w = _arg(args, 0), _arg(args, 1)
     if not (x and w) or len(x.shape) < 3 or len(w.shape) != len(x.shape):
         return None
