@@ -176,8 +176,11 @@ def test_time_steps_on_cpu_measures_each_step():
     ticks = []
     times = time_steps(run, 3, cuda=False, on_step=lambda: ticks.append(1))
     assert seen == [0, 1, 2] and len(ticks) == 3
-    assert [round(s / 1000) for s in times.samples_us] == [2, 1, 3]
-    assert times.median_us == pytest.approx(2000, rel=0.2)
+    # Each sample is its own step's busy-wait: never shorter; a preempted host (a loaded CI machine) only
+    # lengthens one, so the upper bound is loose.
+    for sample, seconds in zip(times.samples_us, durations):
+        assert seconds * 1e6 <= sample < seconds * 1e6 + 50_000, times.samples_us
+    assert 2000 <= times.median_us < 52_000
     assert "perf_counter" in times.source and "3 steps" in times.source
     assert times.wall_s * 1e6 >= sum(times.samples_us)
 
