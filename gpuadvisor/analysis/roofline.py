@@ -25,9 +25,9 @@ Classes, in order of precedence:
   ``unrolled_elementwise_kernel<...>``: not the vectorized path) under 60% of the memory roof with a full
   wave spend their time on per-element index arithmetic: on the H200 Nsight Compute measured three of them at
   56-71% of SM throughput and 33-55% of DRAM (benchmarks/results/ncu_classes). So do the row-wise
-  normalization and pooling kernels of PyTorch and cuDNN (softmax, layer norm, batch norm, max/avg pooling:
-  per-row reductions through warp shuffles, exp/rsqrt, window index arithmetic): every full-wave launch of
-  them Nsight Compute measured on the H200 used more of the SM than of DRAM (``softmax_warp_forward`` 82% SM
+  normalization and pooling kernels (PyTorch's softmax and LayerNorm forward, cuDNN's batch norm, PyTorch's
+  max pooling: per-row reductions through warp shuffles, exp/rsqrt, window index arithmetic): every full-wave
+  launch of them Nsight Compute measured on the H200 used more of the SM than of DRAM (``softmax_warp_forward`` 82% SM
   / 37% DRAM, ``vectorized_layer_norm_kernel`` 74 / 13, ``bn_fw_tr_1C11_singleread`` 42 / 36,
   ``bn_bw_1C11_singleread`` 36 / 26, ``max_pool_forward_nchw`` 83 / 35, ``max_pool_backward_nchw`` 80 / 13).
   Estimated, by name; their roof side stays memory, so a fused kernel is still the fix;
@@ -73,10 +73,12 @@ NEAR_ROOF_PCT = 60.0
 _GENERIC_LOOP = re.compile(r"(?<![\w])(elementwise_kernel|unrolled_elementwise_kernel)<")
 # cuDNN's NCHW<->NHWC layout transposes around its NHWC convolutions (GA203's kernels).
 LAYOUT_CONVERSION_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
-# PyTorch's and cuDNN's row-wise normalization and pooling kernels: issue-bound under the memory roof (module
-# docstring). Not Triton's fused kernels, which Nsight Compute has not measured here.
+# The row-wise normalization and pooling kernels Nsight Compute measured issue-bound (module docstring):
+# PyTorch's softmax and LayerNorm forward, cuDNN's batch norm, PyTorch's max pooling. Kernels it has not measured
+# at a full wave (softmax and LayerNorm backward, PyTorch's own batch norm, average pooling, Triton's fused
+# ones) keep the class their arithmetic intensity gives.
 _ISSUE_BOUND_ROWS = re.compile(
-    r"^(?!triton).*(softmax_warp_|layer_norm_kernel|\bbn_(fw|bw)_|::bn_(fw|bw)_|batch_norm_|max_pool|avg_pool)"
+    r"softmax_warp_forward|vectorized_layer_norm_kernel|\bbn_(fw|bw)_|::bn_(fw|bw)_|max_pool_(forward|backward)"
 )
 # cuDNN's two-pass BatchNorm kernels (``bn_fw_tr_1C11_kernel_NCHW``, ``bn_bw_1C11_kernel_new``; not the
 # ``singleread`` ones) read their input twice: once for the statistics, once to normalize (forward: x read
