@@ -281,10 +281,10 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     own_launch = ~graph & (dur < launch_dur)  # False where launch_dur is NaN
     waves = kernel_waves(trace, k, blocks, sm_count)
     under_one_wave = np.where(np.isfinite(waves), waves < 1.0, (blocks > 0) & (blocks < sm_count))
-    generic_loop = np.array(
+    issue_bound_name = np.array(
         [bool(_GENERIC_LOOP.search(n) or _ISSUE_BOUND_ROWS.search(n)) for n in unique_names], dtype=bool
     )[name_codes]
-    issue_bound = generic_loop & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
+    issue_bound = issue_bound_name & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
     bound = np.select(
         [
             (pct >= NEAR_ROOF_PCT) & (fam != "communication"),

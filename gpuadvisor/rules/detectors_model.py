@@ -263,7 +263,6 @@ def unfused_attention(a: Analysis, rule: Rule) -> Finding | None:
 # ----------------------------------------------------------------------------------------------------
 # GA203 layout conversions
 
-_LAYOUT_KERNEL = LAYOUT_CONVERSION_KERNEL
 # cuDNN's batch-norm kernels for NCHW tensors (the "spatial" per-channel ones: bn_fw_tr_1C11_kernel_NCHW,
 # bn_bw_1C11_kernel_new, bn_*_1C11_singleread, bn_fw_inf_1C11_kernel_NCHW); in channels_last cuDNN runs its
 # NHWC kernels (batchnorm_fwtr_nhwc_semiPersist, batchnorm_bwtr_nhwc_semiPersist) instead.
@@ -277,7 +276,7 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     k, _ = _kernels_in_steps(a)
     if not len(k) or not a.n_steps or not a.step_time_us:
         return None
-    conv = k[match_names(k["name"], _LAYOUT_KERNEL)]
+    conv = k[match_names(k["name"], LAYOUT_CONVERSION_KERNEL)]
     if not len(conv):
         return None
     per_step = conv["dur_us"].sum() / a.n_steps
