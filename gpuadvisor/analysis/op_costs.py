@@ -263,6 +263,48 @@ def _convolution(name: str, args: list) -> tuple[float, float, str] | None:
     return flops, float(read + out * x.itemsize), "convolution: input, weight read, output written (stride 1 assumed)"
 
 
+# cuDNN's NCHW<->NHWC layout transposes (nchwToNhwcKernel, nhwcToNchwKernel) move one tensor of their
+# convolution in tiles of 32 x 32 elements, one block per (index of dim 0, 32 positions of the spatial dims, 32
+# channels): dim0 x ceil(spatial / 32) x ceil(dim1 / 32) blocks. On the H200 every one of the 200 transposes of
+# a timm ResNet-50 training step had exactly the grid of one tensor of its call (input, weight, output or grad;
+# benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz), so the grid names the tensor it moves.
+LAYOUT_TILE = 32
+
+
+def layout_tensors(name: str, dims: list | None, types: list | None) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """The tensors a convolution call's layout transposes can move, as (shape, itemsize): its tensor arguments
+    of three or more dims and, for a forward call, its output (stride 1 or 2, "same" padding: the spatial dims
+    divided by the stride, rounded up). Empty for other operators or without shapes."""
+    if name not in _CONV_FORWARD and name not in _CONV_BACKWARD:
+        return ()
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return ()
+    args = [a for a in _arguments(dims, types) if a is not None and len(a.shape) >= 3]
+    out = [(tuple(a.shape), a.itemsize) for a in args]
+    if name in _CONV_FORWARD and len(args) >= 2 and len(args[1].shape) == len(args[0].shape):
+        x, w = args[0].shape, args[1].shape
+        for stride in (1, 2):
+            out.append(((x[0], w[0], *(-(-d // stride) for d in x[2:])), args[0].itemsize))
+    return tuple(dict.fromkeys(out))
+
+
+def layout_tiles(shape: tuple[int, ...]) -> int:
+    """Blocks of a cuDNN layout transpose of ``shape`` (:data:`LAYOUT_TILE`)."""
+    spatial = math.prod(shape[2:])
+    return shape[0] * -(-spatial // LAYOUT_TILE) * -(-shape[1] // LAYOUT_TILE)
+
+
+def layout_transpose(tensors, blocks: int) -> tuple[tuple[int, ...], float, float] | None:
+    """The tensor a cuDNN layout transpose of ``blocks`` blocks moves, among its call's :func:`layout_tensors`:
+    (shape, bytes moved (read once, written once), tile fill: the tensor's elements over the tiles' 32 x 32
+    slots), or None when no tensor has that grid."""
+    for shape, itemsize in tensors if isinstance(tensors, (tuple, list)) else ():
+        if blocks > 0 and layout_tiles(shape) == blocks:
+            numel = math.prod(shape)
+            return shape, 2.0 * numel * itemsize, numel / (blocks * LAYOUT_TILE * LAYOUT_TILE)
+    return None
+
+
 def op_cost(name: str, dims: list | None, types: list | None, recorded_flops: float) -> OpCost:
     """(flops, bytes, dtype, estimated, basis) for one operator call, from its shapes; NaN when unknown."""
     recorded = recorded_flops if recorded_flops > 0 else math.nan

@@ -4,7 +4,9 @@ FLOPs and bytes come from the operator that launched the kernel (linked through 
 profiler's FLOP count when it recorded one (``with_flops=True``; matmuls and convolutions), otherwise an
 estimate from the recorded input shapes and dtypes (``record_shapes=True``), counted per operator family
 (:mod:`gpuadvisor.analysis.op_costs`; ``bytes_basis`` names the count). Bytes are always an estimate. When an
-operator launches several kernels, its FLOPs and bytes are split among them in proportion to their durations.
+operator launches several kernels, its FLOPs and bytes are split among them in proportion to their durations
+(FLOPs among its math kernels only); a cuDNN layout transpose whose grid names the tensor it moves
+(:func:`~gpuadvisor.analysis.op_costs.layout_transpose`) counts that tensor instead of a share.
 ``estimated`` marks every row whose % of roof or class rests on an estimate: FLOPs from shapes, bytes (a
 kernel under the memory roof), or the name-family fallback below.
 
@@ -29,8 +31,9 @@ Classes, in order of precedence:
   max pooling: per-row reductions through warp shuffles, exp/rsqrt, window index arithmetic): every full-wave
   launch of them Nsight Compute measured on the H200 used more of the SM than of DRAM (``softmax_warp_forward`` 82% SM
   / 37% DRAM, ``vectorized_layer_norm_kernel`` 74 / 13, ``bn_fw_tr_1C11_singleread`` 42 / 36,
-  ``bn_bw_1C11_singleread`` 36 / 26, ``max_pool_forward_nchw`` 83 / 35, ``max_pool_backward_nchw`` 80 / 13).
-  Estimated, by name; their roof side stays memory, so a fused kernel is still the fix;
+  ``bn_bw_1C11_singleread`` 36 / 26, ``max_pool_forward_nchw`` 83 / 35, ``max_pool_backward_nchw`` 80 / 13),
+  and so do cuDNN's layout transposes whose 32x32-element tiles are mostly empty (a 3-channel image: 78% SM /
+  9% DRAM). Estimated, by name or tile fill; their roof side stays memory, so a fused kernel is still the fix;
 - ``compute`` / ``memory``: arithmetic intensity above / below the ridge point;
 - without FLOPs/bytes or peaks, GEMM/convolution/attention families count as compute and the rest as
   memory (``estimated`` = True); communication kernels (NCCL) are ``unknown``.
@@ -44,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from gpuadvisor.analysis.linking import factorize_names, gpu_activities, match_names
-from gpuadvisor.analysis.op_costs import DTYPE_ORDER, ITEMSIZE, op_cost
+from gpuadvisor.analysis.op_costs import DTYPE_ORDER, ITEMSIZE, LAYOUT_TILE, layout_tensors, layout_transpose, op_cost
 from gpuadvisor.device.peaks import DevicePeaks, peak_flops
 from gpuadvisor.trace.kineto import input_shapes_raw
 from gpuadvisor.trace.model import Trace
@@ -52,6 +55,9 @@ from gpuadvisor.trace.model import Trace
 FAMILY_PATTERNS = [
     ("communication", r"nccl|rccl|all_?reduce|allgather|reduce_?scatter|sendrecv"),
     ("attention", r"flash|fmha|attention|sdpa|mha_"),
+    # cuDNN's split-K weight-gradient reduction (cudnn::cnn::reduce_wgrad_nchw_helper) sums the wgrad kernel's
+    # partial results: a reduction, none of the convolution's multiply-adds.
+    ("reduction", r"reduce_wgrad"),
     # Before gemm: cuDNN's and CUTLASS's implicit-GEMM convolutions carry "gemm" in their names
     # (sm90_xmma_fprop_implicit_gemm_..., ImplicitGemmConvolution); "convert" kernels are not convolutions.
     ("convolution", r"conv(?!ert)|fprop|dgrad|wgrad|implicit_convolve|implicit_gemm|winograd"),
@@ -73,6 +79,11 @@ NEAR_ROOF_PCT = 60.0
 _GENERIC_LOOP = re.compile(r"(?<![\w])(elementwise_kernel|unrolled_elementwise_kernel)<")
 # cuDNN's NCHW<->NHWC layout transposes around its NHWC convolutions (GA203's kernels).
 LAYOUT_CONVERSION_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
+# A layout transpose whose tiles are less than this full (a 3-channel image: 9%; a 3x3 weight: 28%; 7x7 or 14x14
+# activations: 77% and 88%) runs every tile's index arithmetic for fewer elements: Nsight Compute measured those
+# SM-bound or nearer the SM's peak (up to 79% SM against 9-46% DRAM), the full ones (98-100%) DRAM-bound
+# (benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz). Issue-bound below this fill.
+LAYOUT_TILE_FILL_ISSUE_BOUND = 0.9
 # The row-wise normalization and pooling kernels Nsight Compute measured issue-bound (module docstring):
 # PyTorch's softmax and LayerNorm forward, cuDNN's batch norm, PyTorch's max pooling. Kernels it has not measured
 # at a full wave (softmax and LayerNorm backward, PyTorch's own batch norm, average pooling, Triton's fused
@@ -186,6 +197,9 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     estimated = np.ones(len(k), dtype=bool)
     op_name = np.full(len(k), None, dtype=object)
     basis = np.full(len(k), None, dtype=object)
+    own_bytes = np.full(len(k), np.nan)  # bytes a kernel moves by its own shape (a layout transpose's tensor)
+    own_basis = np.full(len(k), None, dtype=object)
+    tile_fill = np.full(len(k), np.nan)  # a layout transpose's share of its tiles' slots that hold elements
     if len(ops):
         linked = ops[ops["external_id"].isin(k["external_id"][k["external_id"] >= 0].unique())]
         linked = linked.drop_duplicates(["rank", "external_id"])
@@ -206,6 +220,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
                 [dims_raw[d] for _, d, _, _ in distinct], [types_raw[t] for _, _, t, _ in distinct]
             )
             cost_of = {key: op_cost(key[0], d, t, key[3]) for key, d, t in zip(distinct, dims, types)}
+            layout_of = {key: layout_tensors(key[0], d, t) for key, d, t in zip(distinct, dims, types)}
             cost = [cost_of[key] for key in signature]
             costs = pd.DataFrame(
                 {
@@ -217,28 +232,44 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
                     "op_dtype": [c[2] for c in cost],
                     "op_estimated": [c[3] for c in cost],
                     "op_basis": [c[4] for c in cost],
+                    "op_layout": [layout_of[key] for key in signature],
                 }
             )
             merged = k[["rank", "external_id", "dur_us"]].merge(costs, on=["rank", "external_id"], how="left")
-            # Split each operator call's cost among its kernels by duration; its FLOPs only among its math
-            # kernels (GEMM, convolution, attention) when it has any: a layout transpose or a split-K
-            # reduction cuDNN runs beside a convolution moves bytes and does none of its multiply-adds.
+            # A cuDNN layout transpose whose grid names the tensor it moves (op_costs.layout_transpose) counts
+            # that tensor read and written; the call's other kernels share its cost by duration. Its FLOPs go
+            # only to its math kernels (GEMM, convolution, attention) when it has any: a layout transpose or a
+            # split-K reduction cuDNN runs beside a convolution moves bytes and does none of its multiply-adds.
+            blocks_all = k["blocks"].to_numpy()
+            layout_name = match_names(pd.Series(unique_names, dtype=object), LAYOUT_CONVERSION_KERNEL)[name_codes]
+            layouts = merged["op_layout"].to_numpy(object)
+            for i in np.flatnonzero(layout_name & (blocks_all > 0)):
+                hit = layout_transpose(layouts[i], int(blocks_all[i]))
+                if hit is not None:
+                    shape, own_bytes[i], tile_fill[i] = hit
+                    own_basis[i] = (
+                        f"layout transpose of the call's {'x'.join(map(str, shape))} tensor (its grid's "
+                        f"{LAYOUT_TILE}x{LAYOUT_TILE}-element tiles, {100 * tile_fill[i]:.0f}% filled): read and "
+                        "written once"
+                    )
+            moved = np.isfinite(own_bytes)
             keys = [merged["rank"], merged["external_id"]]
             dur_all = merged["dur_us"].to_numpy(float)
+            dur_shared = np.where(moved, 0.0, dur_all)
             math_kernel = np.isin(family.to_numpy(object), list(COMPUTE_FAMILIES))
             dur_math = np.where(math_kernel, dur_all, 0.0)
-            total = pd.Series(dur_all).groupby(keys).transform("sum").to_numpy(float)
+            total = pd.Series(dur_shared).groupby(keys).transform("sum").to_numpy(float)
             total_math = pd.Series(dur_math).groupby(keys).transform("sum").to_numpy(float)
-            share = np.divide(dur_all, total, out=np.ones(len(merged)), where=total > 0)
+            share = np.divide(dur_shared, total, out=np.where(moved, 0.0, 1.0), where=total > 0)
             math_share = np.where(
                 total_math > 0, np.divide(dur_math, total_math, out=np.zeros(len(merged)), where=total_math > 0), share
             )
             flops = merged["op_flops"].to_numpy(float) * math_share
-            nbytes = merged["op_bytes"].to_numpy(float) * share
+            nbytes = np.where(moved, own_bytes, merged["op_bytes"].to_numpy(float) * share)
             dtype = merged["op_dtype"].to_numpy(object)
             estimated = merged["op_estimated"].fillna(True).to_numpy(bool)
             op_name = merged["op"].to_numpy(object)
-            basis = merged["op_basis"].to_numpy(object)
+            basis = np.where(moved, own_basis, merged["op_basis"].to_numpy(object)).astype(object)
 
     passes = two_pass_factor(unique_names)[name_codes]
     if (passes != 1.0).any():
@@ -284,7 +315,8 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     issue_bound_name = np.array(
         [bool(_GENERIC_LOOP.search(n) or _ISSUE_BOUND_ROWS.search(n)) for n in unique_names], dtype=bool
     )[name_codes]
-    issue_bound = issue_bound_name & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
+    underfilled = tile_fill < LAYOUT_TILE_FILL_ISSUE_BOUND  # False where NaN
+    issue_bound = (issue_bound_name | underfilled) & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
     bound = np.select(
         [
             (pct >= NEAR_ROOF_PCT) & (fam != "communication"),
