@@ -171,6 +171,12 @@ def test_channels_last_on_resnet_training_is_applied_passes_and_leaves_the_origi
     # the copied optimizer updates the copied parameters, not the original's
     copied_params = {id(p) for g in final.model.optimizer.param_groups for p in g["params"]}
     assert id(copied) in copied_params and id(conv) not in copied_params
+    # its momentum buffer takes the weight's layout too (else foreach SGD runs a kernel per tensor), the
+    # original's keeps NCHW
+    copied_buffer = final.model.optimizer.state[copied]["momentum_buffer"]
+    assert copied_buffer.is_contiguous(memory_format=torch.channels_last)
+    assert not workload.model.optimizer.state[conv]["momentum_buffer"].is_contiguous(memory_format=torch.channels_last)
+    assert any("optimizer state tensor(s)" in change for change in outcome.changes), outcome.changes
     final.step_fn()
     assert_same_state(before, workload)
     again = ChannelsLastFix().check(final)

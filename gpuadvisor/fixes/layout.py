@@ -8,7 +8,8 @@ torch 2.11): 129 ``nchwToNhwc`` transposes per ResNet-50 training step, beside t
 ``.model``). ``apply()`` deep-copies the model and the inputs together (one memo, so an optimizer in a
 ``TrainState`` updates the copied parameters; ``copying.copy_workload``), converts the copied modules with
 ``.to(memory_format=torch.channels_last)`` (the 4-D weights change layout in place: parameter objects, and so
-the copied optimizer's references, stay the same), and wraps the step so that each call converts the 4-D
+the copied optimizer's references, stay the same; its state buffers and any gradients of those weights are
+converted too, so its foreach update keeps its multi-tensor path), and wraps the step so that each call converts the 4-D
 floating input tensors with ``.contiguous(memory_format=torch.channels_last)`` before the user's step: the
 conversion's cost is part of the measured step, as it would be in the user's loop. Values do not change, only
 the order in memory; the guard's "model" policy judges it (fp32: relative L2 1e-4).
@@ -111,6 +112,7 @@ class ChannelsLastFix(Fix):
                 module.to(memory_format=torch.channels_last)
                 converted.append(f"{path} ({type(module).__name__})")
         count = len(conv2d_modules(copied.model))
+        moved_state = _optimizer_state_to_channels_last(copied.model, copied.inputs)
         inputs_4d = _count_4d(workload.inputs)
         step = _channels_last_step(copied.step(workload.step))
         patched = workload.with_step(copied.model, step, copied.inputs)
@@ -119,12 +121,59 @@ class ChannelsLastFix(Fix):
             f"each step converts its {inputs_4d} 4-D floating input(s) with .contiguous(memory_format="
             "torch.channels_last) before the model runs (counted in the step's time)",
         ]
+        if moved_state:
+            changes.append(
+                f"{moved_state} optimizer state tensor(s) and gradient(s) of those weights converted too (a "
+                "foreach optimizer whose momentum or moment buffers keep NCHW strides beside channels_last "
+                "weights falls back to a kernel per tensor)"
+            )
         if copied.carried:
             changes.append(
                 f"the inputs' {len(copied.carried)} object(s) ({type(copied.carried[0][0]).__name__}, ...) are the"
                 " copy's own; the step passes them in place of the original's"
             )
         return Applied(patched, changes)
+
+
+def _optimizer_state_to_channels_last(model: Any, inputs: Any) -> int:
+    """Give the optimizer state and the gradients of channels_last 4-D parameters the parameters' layout; how
+    many tensors changed.
+
+    A workload that has run steps holds momentum (SGD) or moment (Adam) buffers in NCHW. ``torch._foreach_*``
+    takes its multi-tensor fast path only when corresponding tensors share strides, so beside channels_last
+    weights and gradients those buffers send every update through a kernel per tensor: on the H200, timm
+    ResNet-50's SGD step took 5,152 µs of host time after the conversion against 1,707 before, as much as
+    ``foreach=False`` (5,679 µs; 1,199 µs with buffers made after the conversion)."""
+    import torch
+
+    from gpuadvisor.fixes.state import optimizers_in
+
+    changed = 0
+    for optimizer in optimizers_in({"model": model, "inputs": inputs}):
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                if parameter.dim() != 4 or not parameter.is_contiguous(memory_format=torch.channels_last):
+                    continue
+                state = optimizer.state.get(parameter, {})
+                for key, value in list(state.items()):
+                    if _needs_channels_last(value, parameter):
+                        state[key] = value.contiguous(memory_format=torch.channels_last)
+                        changed += 1
+                if _needs_channels_last(parameter.grad, parameter):
+                    with torch.no_grad():
+                        parameter.grad = parameter.grad.contiguous(memory_format=torch.channels_last)
+                    changed += 1
+    return changed
+
+
+def _needs_channels_last(value: Any, parameter: Any) -> bool:
+    import torch
+
+    return (
+        isinstance(value, torch.Tensor)
+        and value.shape == parameter.shape
+        and not value.is_contiguous(memory_format=torch.channels_last)
+    )
 
 
 def _channels_last_step(step: Any) -> Any:
