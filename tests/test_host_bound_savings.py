@@ -129,3 +129,30 @@ def test_the_rescale_note_names_the_host_cap_only_where_a_finding_was_capped():
     plain = report(gpu_only)
     rescale_savings(plain, RULES.values())
     assert "capped" not in plain["notes"][-1]
+
+
+def test_channels_last_takes_the_conversion_launches_off_the_host():
+    """On the H200 the ResNet-50 step's host time fell by 2.1-2.3 ms in channels_last (its 200 conversion kernels
+    per step launch no more): the host bound after the fix is the host time less their launch calls."""
+    finding = layout_finding()
+    finding["evidence"].update({"channels_last_host_us_per_step": -1_698.0, "conversion_launch_calls_per_step": 200})
+    saving, text = layout_conversions_timed(finding, RULES["GA203"], 32_121.0, None, timed(host=30_344.0))
+    assert finding["evidence"]["host_after_fix_us"] == pytest.approx(30_344.0 - 1_698.0)
+    assert saving == pytest.approx(32_121.0 - (30_344.0 - 1_698.0), abs=0.1)
+    assert "−1,698 µs: the 200 conversion kernels' launch calls per step go" in text
+
+
+def test_the_resnet_trace_counts_its_conversion_launches():
+    from pathlib import Path
+
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.rules.engine import run_rules
+    from gpuadvisor.trace.kineto import load_trace
+
+    trace = load_trace(Path(__file__).resolve().parents[1] / "sample_traces" / "real" / "timm_resnet50_train.json.gz")
+    findings, _ = run_rules(analyze_trace(trace, lookup_peaks(trace.device, None)), [RULES["GA203"]])
+    (finding,) = findings
+    evidence = finding["evidence"] if isinstance(finding, dict) else finding.evidence
+    assert evidence["conversion_launch_calls_per_step"] == 200
+    assert -2_000 < evidence["channels_last_host_us_per_step"] < -1_400

@@ -297,9 +297,12 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
     bn_roof = bn_roof / two_pass_factor(bn["name"].tolist())
     bn_saving = float(np.clip(bn_dur - bn_roof / fraction, 0.0, None)[np.isfinite(bn_roof)].sum()) / a.n_steps
     gpu_saving = per_step + bn_saving
-    # channels_last's own host cost: cuDNN's NHWC paths cost the host more per convolution call (forward and
-    # backward, BatchNorm included) than the NCHW ones (layout_conversions_timed).
+    # What channels_last does to the host's time per step (layout_conversions_timed): the conversion kernels'
+    # launch calls go with them, at their durations as the trace timed them (a trace without launch records
+    # counts none; the rule's TOML has the measurement).
     conv_calls, _ = forward_fp32_compute_calls(a, _CONVOLUTION_OPS, fp32_only=False)
+    launch_us = float(np.nansum(conv["launch_dur_us"].to_numpy(float))) / a.n_steps
+    launched = int(np.isfinite(conv["launch_dur_us"].to_numpy(float)).sum())
     message = (
         f"{len(conv) / a.n_steps:.0f} NCHW↔NHWC layout conversion kernels per step ({to_nhwc / a.n_steps:.0f} to "
         f"NHWC, {(len(conv) - to_nhwc) / a.n_steps:.0f} back) take {per_step:,.0f} µs/step ({share:.1f}% of the "
@@ -323,7 +326,9 @@ def layout_conversions(a: Analysis, rule: Rule) -> Finding | None:
         "batchnorm_saving_us_per_step": _r(bn_saving),
         "gpu_saving_us": _r(gpu_saving),
         "forward_convolution_calls_per_step": _r(conv_calls),
-        "channels_last_host_us_per_step": _r(conv_calls * rule.threshold("channels_last_host_us_per_convolution")),
+        "conversion_launch_host_us_per_step": _r(launch_us),
+        "conversion_launch_calls_per_step": _r(launched / a.n_steps),
+        "channels_last_host_us_per_step": _r(-launch_us),
         "launching_ops": {str(op): int(c) for op, c in ops.head(4).items()},
         "top_kernels": [short_kernel_name(n) for n in by_name.index[:3]],
         "basis": "GPU time: the conversion kernels' own time (in channels_last the convolutions read and write "
@@ -385,7 +390,12 @@ def host_capped_saving(
     if host_after <= timed_us - gpu_saving:
         return gpu_saving, None
     gpu_part = f"It takes {gpu_saving:,.0f} µs of GPU time off the step, but the host needs {float(host):,.0f} µs to "
-    added = f" (+{extra_host_us:,.0f} µs for {extra_what})" if extra_host_us > 0 else ""
+    if extra_host_us > 0:
+        added = f" (+{extra_host_us:,.0f} µs for {extra_what})"
+    elif extra_host_us < 0:
+        added = f" ({extra_host_us:,.0f} µs: {extra_what})".replace("-", "−", 1)
+    else:
+        added = ""
     if expected >= 0:
         text = (
             f"{gpu_part}enqueue it{added}: alone, on this eager step, {fix_name} would bring the step to "
@@ -404,15 +414,13 @@ def host_capped_saving(
 def layout_conversions_timed(
     finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
 ) -> tuple[float, str | None]:
-    """GA203's GPU saving capped by the step's host time (:func:`host_capped_saving`), with the host time
-    channels_last adds: ``channels_last_host_us_per_step`` (convolution calls x the rule's
-    ``channels_last_host_us_per_convolution``)."""
+    """GA203's GPU saving capped by the step's host time (:func:`host_capped_saving`), with what channels_last
+    does to the host's time: ``channels_last_host_us_per_step``, minus the conversion kernels' launch calls."""
     evidence = finding.get("evidence") or {}
     extra = float(evidence.get("channels_last_host_us_per_step") or 0.0)
-    calls = evidence.get("forward_convolution_calls_per_step") or 0
-    return host_capped_saving(
-        finding, timed_us, timed or {}, "channels_last", extra, f"the NHWC paths of {calls:.0f} convolutions"
-    )
+    launches = evidence.get("conversion_launch_calls_per_step") or 0
+    what = f"the {launches:.0f} conversion kernels' launch calls per step go"
+    return host_capped_saving(finding, timed_us, timed or {}, "channels_last", extra, what)
 
 
 # ----------------------------------------------------------------------------------------------------
