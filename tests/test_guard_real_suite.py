@@ -94,14 +94,19 @@ def test_a_correct_fix_passes_and_the_state_is_left_as_it_was(path, monkeypatch)
 
 @pytest.mark.parametrize("path", FILES, ids=lambda path: path.stem)
 def test_one_weight_scaled_by_1_01_is_rolled_back_by_name(path, monkeypatch, planted):
+    """A weight 1% off is caught in float32 (bound 1e-4). A 16-bit model (the suite's fp16 and bf16 models on a
+    GPU) is judged down to its dtype's floor, 1e-2 (a few 16-bit roundings): BERT's classifier head 1% off moved
+    its 16 logits by rel-L2 9.8e-3 on the H200, too few elements for the scale check, so there the planted error
+    is 3%."""
     workload = load(path, monkeypatch)
     workload.step_fn()
-    name, _ = head_weight(module_of(workload.model))
+    name, weight = head_weight(module_of(workload.model))
+    factor = 1.01 if weight.dtype == torch.float32 else 1.03
 
     def scale_one_weight(current: Workload) -> Workload:
         model = copy.deepcopy(current.model)
         with torch.no_grad():
-            dict(module_of(model).named_parameters())[name].mul_(1.01)
+            dict(module_of(model).named_parameters())[name].mul_(factor)
         return current.with_model(model)
 
     before = state_values(workload)
@@ -193,7 +198,8 @@ def test_dropout_in_train_mode_is_judged_with_one_seed_and_says_so(monkeypatch):
 
 def test_sampling_from_an_unseeded_generator_is_refused_as_not_deterministic(monkeypatch):
     workload = load(SUITE / "hf_llama_decode.py", monkeypatch)
-    sampler = torch.Generator().manual_seed(1)  # its own generator: manual_seed does not reach it
+    device = next(module_of(workload.model).parameters()).device
+    sampler = torch.Generator(device=device).manual_seed(1)  # its own generator: manual_seed does not reach it
 
     def sample(model, inputs):
         logits = workload.step(model, inputs)
@@ -239,8 +245,11 @@ def test_library_host_syncs_that_do_not_depend_on_the_inputs_are_baked_not_refus
     analysis = analyze_step(prefill)
     assert analysis.findings == [], [finding.reason for finding in analysis.findings]
     assert analysis.baked_syncs and all(where.startswith("transformers.") for where in analysis.baked_where)
-    refusal = GraphsFix().check(prefill)  # on the CPU only the device is missing
-    assert refusal is not None and refusal.reason.startswith("needs a CUDA device")
+    refusal = GraphsFix().check(prefill)  # nothing refuses it: on the CPU only the device is missing
+    if torch.cuda.is_available():
+        assert refusal is None, refusal.reason
+    else:
+        assert refusal is not None and refusal.reason.startswith("needs a CUDA device")
 
     # BERT's all-ones mask check answers differently on a random mask: refused, with what the user can do.
     bert = load(SUITE / "hf_bert_classifier.py", monkeypatch)
