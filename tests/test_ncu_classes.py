@@ -44,7 +44,10 @@ def _launches(name: str):
 # record), tensors that fit in the L2 are read from it (small layout transposes and batch norms lean to the SM
 # while the once-per-element byte count puts them on DRAM), and its single-read batch-norm and 1.94-wave NCHW
 # batch-norm kernels sit within a few points of SM and DRAM throughput, where the nearer unit is a coin toss.
-AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 86.5}
+# Counting the strided convolutions' outputs from their recorded stride (4x fewer FLOPs than stride 1 assumed)
+# put two of their kernels on the memory side at 70-78% of the roof, where ncu measured 65% SM and 27% DRAM:
+# 86.6% -> 86.2%.
+AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 86.0}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

@@ -182,6 +182,45 @@ def test_convolution_backward_reads_the_output_grad_once_per_gradient_kernel():
     assert "dgrad and the wgrad" in cost.basis
 
 
+def test_a_strided_convolution_counts_its_output_from_the_recorded_stride():
+    """ResNet-50's stem (a 7x7 convolution, stride 2, padding 3, as the profiler's Concrete Inputs record them):
+    a 112x112 output, not a 224x224 one; without the record, stride 1 is assumed and said."""
+    dims, types = [[64, 3, 224, 224], [64, 3, 7, 7], [], [], []], ["float", "float"] + ["ScalarList"] * 3
+    concrete = ["", "", "[3, 3]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"]
+    cost = op_cost("aten::cudnn_convolution", dims, types, 0.0, concrete)
+    out = 64 * 64 * 112 * 112
+    assert cost.flops == 2.0 * out * 3 * 7 * 7
+    assert cost.bytes == (64 * 3 * 224 * 224 + 64 * 3 * 49 + out) * 4
+    assert "as recorded" in cost.basis
+    assumed = op_cost("aten::cudnn_convolution", dims, types, 0.0)
+    assert assumed.flops == 4 * cost.flops and "stride 1 assumed" in assumed.basis
+    # aten::convolution (input, weight, bias, stride, padding, dilation, transposed, ...): a transposed one is
+    # not a strided forward one
+    dims3 = [[8, 16, 32, 32], [32, 16, 3, 3], [32], [], [], [], []]
+    types3 = ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
+    strided = op_cost("aten::convolution", dims3, types3, 0.0, ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False"])
+    assert strided.flops == 2.0 * 8 * 32 * 16 * 16 * 16 * 9
+    transposed = op_cost("aten::convolution", dims3, types3, 0.0, ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True"])
+    assert "stride 1 assumed" in transposed.basis
+    assert "stride 1 assumed" in op_cost("aten::conv2d", dims3, types3, 0.0, ["", "", "", "'same'"]).basis
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_both_readers_keep_the_concrete_inputs(fast, monkeypatch):
+    from gpuadvisor.trace import columns
+    from gpuadvisor.trace.kineto import concrete_inputs_raw, load_trace
+
+    declined = []
+    if not fast:  # the checked reader, as for a file the fast one declines
+        monkeypatch.setattr(columns, "load_columns", lambda *args, **kwargs: declined.append(1))
+    path = Path(__file__).resolve().parents[1] / "sample_traces" / "real" / "timm_resnet50_train.json.gz"
+    ops = load_trace(path).cpu_ops
+    assert len(declined) == (0 if fast else 1)
+    conv = ops[ops["name"] == "aten::cudnn_convolution"]
+    first = concrete_inputs_raw(conv["concrete_inputs_raw"].iloc[:1])[0]
+    assert first[2:5] == ["[3, 3]", "[2, 2]", "[1, 1]"]  # the stem: padding 3, stride 2, dilation 1
+
+
 @pytest.fixture(scope="module")
 def every_report() -> dict[str, dict]:
     reports = {}

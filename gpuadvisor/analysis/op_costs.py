@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Bytes per element of the dtypes the profiler names in "Input type".
 ITEMSIZE = {
@@ -80,6 +80,7 @@ _CONV_FORWARD = {
     "aten::miopen_convolution",
 }
 _CONV_BACKWARD = {"aten::convolution_backward", "aten::cudnn_convolution_backward", "aten::miopen_convolution_backward"}
+CONVOLUTION_OPS = frozenset(_CONV_FORWARD | _CONV_BACKWARD)
 # Query layout of each attention op: "bhle" ([B, H, L, E], the SDPA ops) or "blhe" (the flash/efficient kernels').
 _ATTENTION_FORWARD = {
     "aten::scaled_dot_product_attention": "bhle",
@@ -241,7 +242,48 @@ def _attention(name: str, layout: str, args: list, backward: bool) -> tuple[floa
     return flops, float(read + out), "attention: q, k, v (and mask) read, output written; no causal halving"
 
 
-def _convolution(name: str, args: list) -> tuple[float, float, str] | None:
+# Where a convolution operator's stride, padding and dilation stand among its arguments (the profiler's
+# "Concrete Inputs" hold their values as strings, e.g. "[2, 2]").
+_CONV_GEOMETRY_AT = {
+    "aten::cudnn_convolution": (3, 2, 4),  # (input, weight, padding, stride, dilation, groups, ...)
+    "aten::miopen_convolution": (4, 3, 5),  # (input, weight, bias, padding, stride, dilation, groups, ...)
+    "aten::mkldnn_convolution": (4, 3, 5),
+    "aten::conv1d": (3, 4, 5),  # (input, weight, bias, stride, padding, dilation, groups)
+    "aten::conv2d": (3, 4, 5),
+    "aten::conv3d": (3, 4, 5),
+    "aten::convolution": (3, 4, 5),  # (input, weight, bias, stride, padding, dilation, transposed, ...)
+    "aten::_convolution": (3, 4, 5),
+}
+
+
+def _int_list(text: Any) -> list[int] | None:
+    if not isinstance(text, str) or not re.fullmatch(r"\[\s*\d+(\s*,\s*\d+)*\s*\]", text):
+        return None
+    return [int(v) for v in text.strip("[] ").split(",")]
+
+
+def conv_output_spatial(name: str, x_shape: list, w_shape: list, concrete: list | None) -> list[int] | None:
+    """A forward convolution's output spatial size from its recorded stride, padding and dilation
+    (floor((H + 2p - d(k - 1) - 1) / s) + 1 per dim); None when they are not recorded, the call is a transposed
+    convolution, or the numbers do not fit the shapes."""
+    at = _CONV_GEOMETRY_AT.get(name)
+    if at is None or not isinstance(concrete, list) or len(concrete) <= max(at):
+        return None
+    if name in ("aten::convolution", "aten::_convolution") and (len(concrete) <= 6 or concrete[6] != "False"):
+        return None  # transposed (or not recorded)
+    stride, padding, dilation = (_int_list(concrete[i]) for i in at)
+    spatial, kernel = list(x_shape[2:]), list(w_shape[2:])
+    if not spatial or len(kernel) != len(spatial) or stride is None or padding is None or dilation is None:
+        return None
+    rank = len(spatial)
+    stride, padding, dilation = ([v[0]] * rank if len(v) == 1 else v for v in (stride, padding, dilation))
+    if not (len(stride) == len(padding) == len(dilation) == rank) or min(stride) < 1:
+        return None
+    out = [(h + 2 * p - d * (k - 1) - 1) // s + 1 for h, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
+    return out if min(out) >= 1 else None
+
+
+def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[float, float, str] | None:
     if name in _CONV_BACKWARD:
         grad_out, x, w = (_arg(args, i) for i in range(3))
         if not (grad_out and x and w) or len(w.shape) < 3:
@@ -257,10 +299,14 @@ def _convolution(name: str, args: list) -> tuple[float, float, str] | None:
     x, w = _arg(args, 0), _arg(args, 1)
     if not (x and w) or len(x.shape) < 3 or len(w.shape) != len(x.shape):
         return None
-    out = x.shape[0] * w.shape[0] * (_numel(x.shape[2:]) or 0)
+    spatial = conv_output_spatial(name, x.shape, w.shape, concrete)
+    geometry = "stride, padding and dilation as recorded"
+    if spatial is None:
+        spatial, geometry = x.shape[2:], "stride 1 assumed"
+    out = x.shape[0] * w.shape[0] * (_numel(spatial) or 0)
     flops = 2.0 * out * (_numel(w.shape[1:]) or 0)
     read = sum(a.nbytes for a in args if a is not None)
-    return flops, float(read + out * x.itemsize), "convolution: input, weight read, output written (stride 1 assumed)"
+    return flops, float(read + out * x.itemsize), f"convolution: input, weight read, output written ({geometry})"
 
 
 # cuDNN's NCHW<->NHWC layout transposes (nchwToNhwcKernel, nhwcToNchwKernel) move one tensor of their
@@ -271,10 +317,13 @@ def _convolution(name: str, args: list) -> tuple[float, float, str] | None:
 LAYOUT_TILE = 32
 
 
-def layout_tensors(name: str, dims: list | None, types: list | None) -> tuple[tuple[tuple[int, ...], int], ...]:
+def layout_tensors(
+    name: str, dims: list | None, types: list | None, concrete: list | None = None
+) -> tuple[tuple[tuple[int, ...], int], ...]:
     """The tensors a convolution call's layout transposes can move, as (shape, itemsize): its tensor arguments
-    of three or more dims and, for a forward call, its output (stride 1 or 2, "same" padding: the spatial dims
-    divided by the stride, rounded up). Empty for other operators or without shapes."""
+    of three or more dims and, for a forward call, its output (from its recorded stride, padding and dilation;
+    without them stride 1 or 2 with "same" padding: the spatial dims divided by the stride, rounded up). Empty
+    for other operators or without shapes."""
     if name not in _CONV_FORWARD and name not in _CONV_BACKWARD:
         return ()
     if not isinstance(dims, list) or not isinstance(types, list):
@@ -283,8 +332,12 @@ def layout_tensors(name: str, dims: list | None, types: list | None) -> tuple[tu
     out = [(tuple(a.shape), a.itemsize) for a in args]
     if name in _CONV_FORWARD and len(args) >= 2 and len(args[1].shape) == len(args[0].shape):
         x, w = args[0].shape, args[1].shape
-        for stride in (1, 2):
-            out.append(((x[0], w[0], *(-(-d // stride) for d in x[2:])), args[0].itemsize))
+        spatial = conv_output_spatial(name, x, w, concrete)
+        if spatial is not None:
+            out.append(((x[0], w[0], *spatial), args[0].itemsize))
+        else:
+            for stride in (1, 2):
+                out.append(((x[0], w[0], *(-(-d // stride) for d in x[2:])), args[0].itemsize))
     return tuple(dict.fromkeys(out))
 
 
@@ -305,8 +358,11 @@ def layout_transpose(tensors, blocks: int) -> tuple[tuple[int, ...], float, floa
     return None
 
 
-def op_cost(name: str, dims: list | None, types: list | None, recorded_flops: float) -> OpCost:
-    """(flops, bytes, dtype, estimated, basis) for one operator call, from its shapes; NaN when unknown."""
+def op_cost(
+    name: str, dims: list | None, types: list | None, recorded_flops: float, concrete: list | None = None
+) -> OpCost:
+    """(flops, bytes, dtype, estimated, basis) for one operator call, from its shapes (and, for a convolution, its
+    recorded stride, padding and dilation: ``concrete``, the decoded "Concrete Inputs"); NaN when unknown."""
     recorded = recorded_flops if recorded_flops > 0 else math.nan
     if not isinstance(dims, list) or not isinstance(types, list):
         return OpCost(recorded, math.nan, None, math.isnan(recorded), "no shapes recorded")
@@ -338,7 +394,7 @@ def op_cost(name: str, dims: list | None, types: list | None, recorded_flops: fl
         else:  # dot / mv: the output is a vector
             nbytes, basis = read + max(t.numel for t in tensors) * first.itemsize, "GEMV: inputs read, output written"
     elif name in _CONV_FORWARD or name in _CONV_BACKWARD:
-        conv = _convolution(name, args)
+        conv = _convolution(name, args, concrete)
         if conv is None:
             nbytes, basis = read + first.nbytes, "convolution: inputs read, one output as large as the input written"
         else:

@@ -47,9 +47,17 @@ import numpy as np
 import pandas as pd
 
 from gpuadvisor.analysis.linking import factorize_names, gpu_activities, match_names
-from gpuadvisor.analysis.op_costs import DTYPE_ORDER, ITEMSIZE, LAYOUT_TILE, layout_tensors, layout_transpose, op_cost
+from gpuadvisor.analysis.op_costs import (
+    CONVOLUTION_OPS,
+    DTYPE_ORDER,
+    ITEMSIZE,
+    LAYOUT_TILE,
+    layout_tensors,
+    layout_transpose,
+    op_cost,
+)
 from gpuadvisor.device.peaks import DevicePeaks, peak_flops
-from gpuadvisor.trace.kineto import input_shapes_raw
+from gpuadvisor.trace.kineto import concrete_inputs_raw, input_shapes_raw
 from gpuadvisor.trace.model import Trace
 
 FAMILY_PATTERNS = [
@@ -207,20 +215,30 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             # Steps repeat the same calls with the same shapes: cost each distinct signature once.
             dims_code, dims_raw = _raw_codes(linked["input_dims_raw"])
             types_code, types_raw = _raw_codes(linked["input_types_raw"])
+            if "concrete_inputs_raw" in linked:
+                concrete_code, concrete_raw = _raw_codes(linked["concrete_inputs_raw"])
+            else:
+                concrete_code, concrete_raw = np.zeros(len(linked), dtype=np.intp), [b"null"]
             signature = list(
                 zip(
                     linked["name"],
                     dims_code.tolist(),
                     types_code.tolist(),
                     np.nan_to_num(linked["flops"].to_numpy(float)).tolist(),
+                    concrete_code.tolist(),
                 )
             )
             distinct = list(dict.fromkeys(signature))
             dims, types = input_shapes_raw(
-                [dims_raw[d] for _, d, _, _ in distinct], [types_raw[t] for _, _, t, _ in distinct]
+                [dims_raw[key[1]] for key in distinct], [types_raw[key[2]] for key in distinct]
             )
-            cost_of = {key: op_cost(key[0], d, t, key[3]) for key, d, t in zip(distinct, dims, types)}
-            layout_of = {key: layout_tensors(key[0], d, t) for key, d, t in zip(distinct, dims, types)}
+            # Only a convolution reads its concrete inputs (stride, padding, dilation): decode those alone.
+            concretes = [
+                concrete_inputs_raw([concrete_raw[key[4]]])[0] if key[0] in CONVOLUTION_OPS else None
+                for key in distinct
+            ]
+            cost_of = {key: op_cost(key[0], d, t, key[3], c) for key, d, t, c in zip(distinct, dims, types, concretes)}
+            layout_of = {key: layout_tensors(key[0], d, t, c) for key, d, t, c in zip(distinct, dims, types, concretes)}
             cost = [cost_of[key] for key in signature]
             costs = pd.DataFrame(
                 {

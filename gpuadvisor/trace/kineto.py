@@ -76,6 +76,7 @@ class Args(msgspec.Struct, gc=False):
     flops: Union[int, float, None] = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -106,6 +107,7 @@ class LenientArgs(msgspec.Struct, gc=False):
     flops: Scalar = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Concrete Inputs")
 
 
 class LenientEvent(msgspec.Struct, gc=False):
@@ -573,6 +575,7 @@ def _tables(events: list, rank: int) -> tuple[dict[str, pd.DataFrame], int]:
             # the trace bytes, so that each chunk's views do not keep the whole buffer alive.
             "input_dims_raw": pd.Series([r.copy() for r in _attr(args, "input_dims")], dtype=object),
             "input_types_raw": pd.Series([r.copy() for r in _attr(args, "input_types")], dtype=object),
+            "concrete_inputs_raw": pd.Series([r.copy() for r in _attr(args, "concrete_inputs")], dtype=object),
         }
     )
 
@@ -721,6 +724,12 @@ def _concat(parts: list[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
 def input_shapes(cpu_ops: pd.DataFrame) -> tuple[list, list]:
     """Decoded ``Input Dims`` and ``Input type`` for the given cpu_ops rows (None where absent)."""
     return input_shapes_raw(cpu_ops["input_dims_raw"], cpu_ops["input_types_raw"])
+
+
+def concrete_inputs_raw(raws) -> list:
+    """Decoded ``Concrete Inputs`` (the values of scalar and list arguments as strings, e.g. a convolution's
+    ``"[2, 2]"`` stride); None where absent or malformed."""
+    return [_decode_raw_list(r, types=True) for r in raws]
 
 
 def input_shapes_raw(dims_raw, types_raw) -> tuple[list, list]:

@@ -15,7 +15,7 @@ runtime        one row per CUDA runtime or driver call on the host (cuda_runtime
     rank, name, api ("runtime" | "driver"), ts_us, dur_us, end_us, tid (host thread), correlation, external_id
 cpu_ops        one row per CPU operator (cpu_op)
     rank, name, ts_us, dur_us, end_us, tid (host thread), external_id, flops (NaN when not recorded),
-    input_dims_raw, input_types_raw (the raw JSON; decode with kineto.input_shapes)
+    input_dims_raw, input_types_raw, concrete_inputs_raw (the raw JSON; decode with kineto.input_shapes)
 annotations    user annotations on the host (user_annotation) and on the GPU (gpu_user_annotation)
     rank, name, on_gpu, ts_us, dur_us, end_us, external_id
 syncs          CUPTI synchronization records (cuda_sync), when the trace has them
