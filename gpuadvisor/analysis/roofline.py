@@ -261,8 +261,10 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             blocks_all = k["blocks"].to_numpy()
             layout_name = match_names(pd.Series(unique_names, dtype=object), LAYOUT_CONVERSION_KERNEL)[name_codes]
             layouts = merged["op_layout"].to_numpy(object)
+            found: dict = {}  # steps repeat the same calls: match each (call's tensors, grid) once
             for i in np.flatnonzero(layout_name & (blocks_all > 0)):
-                hit = layout_transpose(layouts[i], int(blocks_all[i]))
+                key = (layouts[i] if isinstance(layouts[i], tuple) else (), int(blocks_all[i]))
+                hit = found[key] if key in found else found.setdefault(key, layout_transpose(*key))
                 if hit is not None:
                     shape, own_bytes[i], tile_fill[i] = hit
                     own_basis[i] = (
