@@ -264,7 +264,9 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             found: dict = {}  # steps repeat the same calls: match each (call's tensors, grid) once
             for i in np.flatnonzero(layout_name & (blocks_all > 0)):
                 key = (layouts[i] if isinstance(layouts[i], tuple) else (), int(blocks_all[i]))
-                hit = found[key] if key in found else found.setdefault(key, layout_transpose(*key))
+                if key not in found:
+                    found[key] = layout_transpose(*key)
+                hit = found[key]
                 if hit is not None:
                     shape, own_bytes[i], tile_fill[i] = hit
                     own_basis[i] = (
