@@ -24,7 +24,10 @@ Phases (a rich progress display on stderr when ``progress`` is on):
 The speedup is median(before) / median(after) over all timed steps of each side, with a 95% confidence
 interval from a percentile bootstrap (:func:`gpuadvisor.stats.speedup_interval`: ``scipy.stats.bootstrap``,
 each side's per-step samples resampled on their own; a NumPy bootstrap of the same kind when SciPy is missing).
-The per-round ratios are kept too, as a check that the rounds agree.
+The per-round ratios are kept too, as a check that the rounds agree, and from 6 rounds on their median with a
+bootstrap interval over the rounds (``speedup.paired``, :func:`gpuadvisor.stats.paired_speedup`): each ratio
+compares two blocks timed back to back, so a host whose speed drifts over seconds (a shared vCPU) moves both
+alike. On a host-bound step, many short rounds (``--rounds 60 --steps 2``) make that pairing tight.
 
 Outputs, in ``out_dir`` (default ``gpuadvisor-out/<model file stem>-apply``): ``report.json``,
 ``report.md``, ``report.html``, ``before_trace.json.gz`` and ``after_trace.json.gz`` (without ``profile_after`` only the
@@ -42,7 +45,8 @@ apply/report.json`` gates on the patched model), ``peaks`` and ``env`` the machi
                         trace (file name or null), profiled (bool), notes}
 ``fixes``               [FixOutcome.to_dict() + measured_saving_us, measured_together_with [fix ids]]
 ``speedup``             {median, ci_low, ci_high, confidence, method, round_ratios [per round], samples_before,
-                        samples_after}
+                        samples_after, paired (null below 6 rounds; else {median, ci_low, ci_high, rounds,
+                        method}: the median of the per-round ratios, bootstrapped over rounds)}
 ``saving``              {predicted_us (the findings the applied fixes address, combined as shares of the step:
                         ``combined_saving``), predicted_basis, measured_us (before median -
                         after median, all applied fixes together), measured_pct (of the before median)}
@@ -109,6 +113,10 @@ DEFAULT_PROFILED_STEPS = 3
 # Steps per timed block, after it, timed on the host clock from an idle GPU (capture.timing.probe_host): the
 # host's time per step, which bounds what a fix that only shortens kernels can save (rules GA203, GA302).
 HOST_PROBES_PER_BLOCK = 2
+# With many short rounds (--rounds 60 --steps 2, the paired timing of a host-bound step) probing after every
+# block would double the timing's length for no better figure: the probes run after every k-th block only, so
+# that at most this many blocks a side are probed.
+MAX_PROBED_BLOCKS = 20
 
 
 class StrictRefusalError(BadInputError):
@@ -511,6 +519,7 @@ def measure_sides(
     sides = {name: SideMeasurement(name) for name in SIDES}
     gc.collect()  # the garbage of build, fixes and warm-up: no full collection inside the timed blocks
     display.phase("timing before/after", 2 * rounds * steps)
+    probe_every = -(-rounds // MAX_PROBED_BLOCKS)  # ceil: at most MAX_PROBED_BLOCKS probed blocks a side
     with sampling_while_timing(sampler, label, cuda):
         for round_index in range(rounds):
             for name in SIDES if round_index % 2 == 0 else SIDES[::-1]:
@@ -527,7 +536,7 @@ def measure_sides(
                     on_step=display.advance,
                 )
                 energy_end = _energy_mj(sampler)
-                if cuda:
+                if cuda and round_index % probe_every == 0:
                     times.host_us = probe_host(
                         lambda i, run=run, phase=phase: run(phase, i, rounds * steps), offset, HOST_PROBES_PER_BLOCK
                     )

@@ -315,7 +315,14 @@ def apply_fixes(
     ] = 5,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Timed steps per side and round (CUDA events).")] = 20,
     rounds: Annotated[
-        int, typer.Option("--rounds", min=1, help="Interleaved rounds; each times one block of before and of after.")
+        int,
+        typer.Option(
+            "--rounds",
+            min=1,
+            help="Interleaved rounds; each times one block of before and of after. From 6 rounds the "
+            "report adds a paired speedup (median of per-round ratios); for a host-bound step on a shared host, "
+            "many short rounds (--rounds 60 --steps 2) pair the sides closely in time.",
+        ),
     ] = 5,
     profile_steps: Annotated[int, typer.Option("--profile-steps", min=1, help="Steps recorded by the profiler.")] = 3,
     strict: Annotated[

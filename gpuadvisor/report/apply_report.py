@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuadvisor.fixes.coverage import ALSO_ADDRESSES, PREDICTED_BASIS, combined_saving, fix_covers
 from gpuadvisor.report.profiled import spread_note
-from gpuadvisor.stats import finite_round, speedup_interval
+from gpuadvisor.stats import MIN_PAIRED_ROUNDS, finite_round, paired_speedup, speedup_interval
 
 if TYPE_CHECKING:
     from gpuadvisor.apply import SideMeasurement
@@ -175,6 +175,11 @@ def build_apply_report(
     speedup["samples_after"] = len(measured["after"].samples_us)
     for key in ("median", "ci_low", "ci_high"):
         speedup[key] = finite_round(speedup[key], 3)
+    paired = paired_speedup(measured["before"].round_medians_us, measured["after"].round_medians_us)
+    if paired is not None:
+        for key in ("median", "ci_low", "ci_high"):
+            paired[key] = finite_round(paired[key], 3)
+    speedup["paired"] = paired
 
     before_us, after_us = before.get("step_time_us"), after.get("step_time_us")
     measured_us = finite_round(before_us - after_us, 1) if before_us is not None and after_us is not None else None
@@ -224,6 +229,23 @@ def build_apply_report(
     ratios = [r for r in speedup["round_ratios"] if r]
     if len(ratios) > 1:
         notes.append(f"per-round speedups ranged from {min(ratios):.3g}x to {max(ratios):.3g}x")
+    if paired is not None:
+        line = (
+            f"paired over the rounds: {paired['median']:.3g}x (95% CI {paired['ci_low']:.3g}–{paired['ci_high']:.3g})"
+            ", the median of the per-round ratios, which cancels drift slower than a round"
+        )
+        pooled = speedup["median"]
+        if pooled is not None and not paired["ci_low"] <= pooled <= paired["ci_high"]:
+            line += (
+                f"; the pooled {pooled:.3g}x lies outside it: the step's speed drifted between rounds (a host-bound "
+                "step on a host whose speed varies), so prefer the paired figure"
+            )
+        notes.append(line)
+    elif len(ratios) > 1 and max(ratios) > 1.1 * min(ratios):
+        notes.append(
+            "the rounds disagree by more than 10%: time more, shorter rounds (e.g. --rounds 60 --steps 2) for a "
+            f"paired speedup (from {MIN_PAIRED_ROUNDS} rounds), which pairs before and after closely in time"
+        )
     for side in (before, after):
         spread = spread_note(side.get("step_time_p10_us"), side.get("step_time_p90_us"), TIME_LONGER_OPTIONS)
         if spread:

@@ -165,6 +165,12 @@ def speedup_text(report: Any) -> str:
     if low is not None and high is not None:
         confidence = as_number(speedup.get("confidence")) or 0.95
         text += f" ({100 * confidence:.0f}% CI {low:.3g}–{high:.3g})"
+    paired = speedup.get("paired")
+    if isinstance(paired, dict) and as_number(paired.get("median")) is not None:
+        text += f"; paired over {paired.get('rounds')} rounds {as_number(paired['median']):.3g}x"
+        p_low, p_high = as_number(paired.get("ci_low")), as_number(paired.get("ci_high"))
+        if p_low is not None and p_high is not None:
+            text += f" ({p_low:.3g}–{p_high:.3g})"
     return text
 
 

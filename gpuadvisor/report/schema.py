@@ -378,6 +378,7 @@ class Speedup(_Section):
     round_ratios: Union[list[Number], UnsetType] = UNSET
     samples_before: Union[Count, UnsetType] = UNSET
     samples_after: Union[Count, UnsetType] = UNSET
+    paired: Union[dict[str, Any], None, UnsetType] = UNSET
 
 
 class Saving(_Section):
