@@ -109,3 +109,16 @@ def test_a_rejudged_estimate_reads_the_before_side_not_the_report_summary(rvf, t
     path.write_text(json.dumps(report))
     entry = rvf.from_kept("timm_resnet50_train", "GA302", "bf16", None, path, KEPT / "b64_nchw_fp32.trace.json.gz")
     assert entry["estimate_judged_us"] == pytest.approx(3323.0, abs=50)  # the before side's host cap: none
+
+
+def test_the_saving_judged_is_the_paired_one_where_the_run_has_it(rvf):
+    pooled_only = {"median": 1.05, "ci_low": 0.98, "ci_high": 1.12, "paired": None}
+    assert rvf.measured_saving(50_000.0, 48_000.0, pooled_only) == (2000.0, 2000.0)
+    paired = dict(pooled_only, paired={"median": 1.08, "ci_low": 1.06, "ci_high": 1.1, "rounds": 60})
+    judged, pooled = rvf.measured_saving(50_000.0, 48_000.0, paired)
+    assert pooled == 2000.0 and judged == pytest.approx(50_000.0 * (1 - 1 / 1.08), abs=0.01)
+    entry = {"speedup": paired, "before_us": 50_000.0, "estimate_judged_us": 3600.0}
+    rvf.add_saving_interval(entry)  # the interval is the paired figure's
+    assert entry["measured_saving_ci_us"] == [pytest.approx(2830.2, abs=0.1), pytest.approx(4545.5, abs=0.1)]
+    assert entry["estimate_within_ci"] is True
+    assert rvf.measured_saving(None, 48_000.0, paired) == (None, None)
