@@ -109,6 +109,9 @@ def test_apply_report_carries_the_paired_speedup_and_says_when_pooling_misled():
     pooled = report["speedup"]["median"]
     assert ("lies outside it" in note) == (not paired["ci_low"] <= pooled <= paired["ci_high"])
     assert f"paired over 40 rounds {paired['median']:.3g}x" in speedup_text(report)
+    from gpuadvisor.report.html import render_html
+
+    assert "paired over 40 rounds" in render_html(report)
 
 
 def test_few_disagreeing_rounds_get_advice_instead_of_a_paired_figure():

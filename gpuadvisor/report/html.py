@@ -1438,6 +1438,11 @@ def _apply_page(report: Mapping[str, Any]) -> tuple[str, str]:
     if speedup.get("ci_low") is not None and speedup.get("ci_high") is not None:
         conf = as_number(speedup.get("confidence"))
         ci = f"{_g(speedup['ci_low'])}x – {_g(speedup['ci_high'])}x ({format_pct(100 * conf) if conf else '?'} CI)"
+    paired = speedup.get("paired")
+    if isinstance(paired, dict) and paired.get("median") is not None:
+        ci += f" · paired over {paired.get('rounds')} rounds {_g(paired['median'])}x"
+        if paired.get("ci_low") is not None and paired.get("ci_high") is not None:
+            ci += f" ({_g(paired['ci_low'])}x – {_g(paired['ci_high'])}x)"
     cards = _cards(
         [
             ("speedup (median)", f"{_g(speedup.get('median'))}x" if speedup.get("median") is not None else MISSING, ci),
