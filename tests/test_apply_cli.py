@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+from apply_sides import apply_report, summarize
 
 torch = pytest.importorskip("torch")
 # The module is about a machine without a GPU (fixes refused for want of CUDA, CPU wall-clock timing, no rules
@@ -348,24 +349,6 @@ def test_kernel_diff_and_predicted_savings():
     assert diff["complete"] and any("CUDA graph" in note for note in diff["notes"])
 
 
-def _summarize(side, sampler):
-    """The side's run facts as apply builds them (model.py, one profiled step), and its timed summary set."""
-    from gpuadvisor.report.profiled import RunFacts, timed_summary
-
-    facts = RunFacts(
-        model_path=Path("model.py"),
-        out_dir=Path("out"),
-        times=side.step_times(),
-        tokens_per_step=None,
-        nvml_summary=side.nvml_summary(sampler, PHASE),
-        nvml_reason="",
-        memory=side.memory(True),
-        profiled_steps=1,
-    )
-    side.summary = timed_summary(facts)
-    return facts
-
-
 def _side(name: str, block_s: float, block_energy_mj: float, steps: int = 4, step_us: float = 3250.0):
     """A SideMeasurement of 3 timed blocks of ``block_s`` each, the energy counter rising by ``block_energy_mj``
     over each."""
@@ -414,30 +397,13 @@ def test_apply_side_energy_not_measured_under_the_counters_update_interval():
 
 
 def test_apply_report_shows_not_measured_for_the_short_side():
-    from gpuadvisor.apply import build_apply_report
     from gpuadvisor.report.apply_sections import comparison_table, render_apply_markdown
 
     sampler = object()
     measured = {"before": _side("before", 2.0 / 3, 280_000.0 / 3), "after": _side("after", 0.04 / 3, 0.0)}
     for side in measured.values():
-        _summarize(side, sampler)
-    report = build_apply_report(
-        model_path=Path("model.py"),
-        out_dir=Path("out"),
-        fix_text="graphs",
-        fix_ids=["graphs"],
-        outcomes=[],
-        applied_ids=[],
-        measured=measured,
-        side_reports={"before": None, "after": None},
-        env={},
-        cuda=True,
-        nvml_reason="",
-        graph_replay=None,
-        steps=4,
-        rounds=3,
-        auto=False,
-    )
+        summarize(side, sampler, PHASE)
+    report = apply_report(measured, steps=4, rounds=3)
     assert report["before"]["energy_j_per_step"] == pytest.approx(280.0 / 12, abs=1e-3)
     assert report["after"]["energy_j_per_step"] is None
     assert report["after"]["energy_source"].startswith("not measured: this side's 3 timed blocks lasted 0.04 s")
@@ -567,7 +533,7 @@ def _notes(value):
 def test_apply_notes_advise_only_options_apply_has():
     """Issue 16: the profile notes apply reuses for each side said "time longer (--min-time, --steps)"; apply has
     no --min-time. Sides timed briefly and unsteadily, on a GPU trace, so that every timing advice is given."""
-    from gpuadvisor.apply import TIME_LONGER_OPTIONS, SideMeasurement, build_apply_report
+    from gpuadvisor.apply import TIME_LONGER_OPTIONS, SideMeasurement
     from gpuadvisor.capture.timing import StepTimes
     from gpuadvisor.report.profiled import analyze_run
     from gpuadvisor.rules.engine import load_rules
@@ -582,28 +548,12 @@ def test_apply_notes_advise_only_options_apply_has():
         side = SideMeasurement(name)
         for _ in range(3):
             side.add_block(StepTimes(unsteady, "CUDA events, 4 steps", block_s), 0.0, 1, 1)
-        facts = _summarize(side, sampler)
+        facts = summarize(side, sampler, PHASE)
         measured[name] = side
         side_reports[name] = analyze_run(
             gemm, facts, {}, rules=load_rules(), peaks_file=None, cuda=True, time_longer=TIME_LONGER_OPTIONS
         )
-    report = build_apply_report(
-        model_path=Path("model.py"),
-        out_dir=Path("out"),
-        fix_text="graphs",
-        fix_ids=["graphs"],
-        outcomes=[],
-        applied_ids=[],
-        measured=measured,
-        side_reports=side_reports,
-        env={},
-        cuda=True,
-        nvml_reason="",
-        graph_replay=None,
-        steps=4,
-        rounds=3,
-        auto=False,
-    )
+    report = apply_report(measured, steps=4, rounds=3, side_reports=side_reports)
     notes = list(_notes(report))
     assert any("before:" in note for note in notes)  # the sides' own notes are in the report
     text = "\n".join(notes)

@@ -7,10 +7,9 @@ fix's true effect is a fixed ratio."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from apply_sides import apply_report, summarize
 
 from gpuadvisor.stats import MIN_PAIRED_ROUNDS, paired_speedup, speedup_interval
 
@@ -58,9 +57,8 @@ def test_paired_speedup_needs_enough_usable_rounds():
 
 
 def _report(rounds: int, steps: int, per_block: bool = False):
-    from gpuadvisor.apply import SideMeasurement, build_apply_report
+    from gpuadvisor.apply import SideMeasurement
     from gpuadvisor.capture.timing import StepTimes
-    from gpuadvisor.report.profiled import RunFacts, timed_summary
 
     before, after = drifting_rounds(rounds, steps, per_block=per_block)
     measured = {}
@@ -68,35 +66,9 @@ def _report(rounds: int, steps: int, per_block: bool = False):
         side = SideMeasurement(name)
         for block in blocks:
             side.add_block(StepTimes(block, f"CUDA events, {steps} steps", sum(block) / 1e6), None, 1, 1)
-        facts = RunFacts(
-            model_path=Path("model.py"),
-            out_dir=Path("out"),
-            times=side.step_times(),
-            tokens_per_step=None,
-            nvml_summary=None,
-            nvml_reason="no NVML here",
-            memory=side.memory(True),
-            profiled_steps=1,
-        )
-        side.summary = timed_summary(facts)
+        summarize(side)
         measured[name] = side
-    return build_apply_report(
-        model_path=Path("model.py"),
-        out_dir=Path("out"),
-        fix_text="fused_optimizer",
-        fix_ids=["fused_optimizer"],
-        outcomes=[],
-        applied_ids=[],
-        measured=measured,
-        side_reports={"before": None, "after": None},
-        env={},
-        cuda=True,
-        nvml_reason="no NVML here",
-        graph_replay=None,
-        steps=steps,
-        rounds=rounds,
-        auto=False,
-    )
+    return apply_report(measured, steps=steps, rounds=rounds, fix="fused_optimizer")
 
 
 def test_apply_report_carries_the_paired_speedup_and_says_when_pooling_misled():
