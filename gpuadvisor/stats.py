@@ -55,6 +55,38 @@ def _ratio_of_medians(before, after, axis=-1):
     return np.median(before, axis=axis) / np.median(after, axis=axis)
 
 
+def _percentile_interval(samples: tuple, statistic, fallback: float, confidence: float, resamples: int, seed: int):
+    """(low, high, by_scipy): the percentile-bootstrap interval of ``statistic`` (vectorized, ``axis`` keyword)
+    over ``samples``, each resampled on its own, with a fixed seed; SciPy's bootstrap, NumPy's resampling when
+    SciPy is missing. A degenerate resample distribution (identical samples) gives ``fallback`` at both ends."""
+    import numpy as np
+
+    try:
+        from scipy import stats
+    except ImportError:
+        rng = np.random.default_rng(seed)
+        values = statistic(*(rng.choice(x, (resamples, len(x))) for x in samples), axis=1)
+        low, high = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
+        return float(low), float(high), False
+    seed_kw = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # a degenerate resample distribution is fine here
+        interval = stats.bootstrap(
+            samples,
+            statistic,
+            vectorized=True,
+            paired=False,
+            confidence_level=confidence,
+            n_resamples=resamples,
+            method="percentile",
+            **{seed_kw: np.random.default_rng(seed)},
+        ).confidence_interval
+    low, high = float(interval.low), float(interval.high)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        low = high = fallback
+    return low, high, True
+
+
 def speedup_interval(
     before_us: list[float],
     after_us: list[float],
@@ -86,35 +118,11 @@ def speedup_interval(
         f"({len(before)} before, {len(after)} after; each side resampled on its own, "
         f"{resamples} resamples, seed {seed})"
     )
-    try:
-        from scipy import stats
-    except ImportError:
-        rng = np.random.default_rng(seed)
-        ratios = _ratio_of_medians(
-            rng.choice(before, (resamples, len(before))), rng.choice(after, (resamples, len(after))), axis=1
-        )
-        low, high = np.quantile(ratios, [(1 - confidence) / 2, (1 + confidence) / 2])
-        result.update(
-            ci_low=float(low), ci_high=float(high), method=what.replace("95%", "95% NumPy") + "; SciPy missing"
-        )
-        return result
-    seed_kw = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")  # a degenerate resample distribution (identical samples) is fine here
-        res = stats.bootstrap(
-            (before, after),
-            _ratio_of_medians,
-            vectorized=True,
-            paired=False,
-            confidence_level=confidence,
-            n_resamples=resamples,
-            method="percentile",
-            **{seed_kw: np.random.default_rng(seed)},
-        )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (np.isfinite(low) and np.isfinite(high)):
-        low = high = result["median"]
-    result.update(ci_low=low, ci_high=high, method=what + " (scipy.stats.bootstrap)")
+    low, high, by_scipy = _percentile_interval(
+        (before, after), _ratio_of_medians, result["median"], confidence, resamples, seed
+    )
+    method = what + " (scipy.stats.bootstrap)" if by_scipy else what.replace("95%", "95% NumPy") + "; SciPy missing"
+    result.update(ci_low=low, ci_high=high, method=method)
     return result
 
 
@@ -141,32 +149,12 @@ def paired_speedup(
     ratios = ratios[np.isfinite(ratios)]
     if len(ratios) < MIN_PAIRED_ROUNDS:
         return None
-    try:
-        from scipy import stats
-    except ImportError:
-        rng = np.random.default_rng(seed)
-        medians = np.median(rng.choice(ratios, (resamples, len(ratios))), axis=1)
-        low, high = np.quantile(medians, [(1 - confidence) / 2, (1 + confidence) / 2])
-    else:
-        seed_kw = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")  # identical ratios: a degenerate distribution is fine here
-            interval = stats.bootstrap(
-                (ratios,),
-                np.median,
-                vectorized=True,
-                confidence_level=confidence,
-                n_resamples=resamples,
-                method="percentile",
-                **{seed_kw: np.random.default_rng(seed)},
-            ).confidence_interval
-        low, high = interval.low, interval.high
-        if not (np.isfinite(low) and np.isfinite(high)):
-            low = high = np.median(ratios)
+    median = float(np.median(ratios))
+    low, high, _ = _percentile_interval((ratios,), np.median, median, confidence, resamples, seed)
     return {
-        "median": float(np.median(ratios)),
-        "ci_low": float(low),
-        "ci_high": float(high),
+        "median": median,
+        "ci_low": low,
+        "ci_high": high,
         "rounds": len(ratios),
         "method": (
             f"median of the {len(ratios)} per-round ratios median(before block) / median(after block); "
