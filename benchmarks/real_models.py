@@ -75,8 +75,9 @@ apply_report_auto_us, apply_report_speedup, apply_report_measured_saving_pct, ap
 fusion_graphs_us (decode only, else null) and fusion_graphs_outcomes; speedups {variant: {median, ci_low,
 ci_high}}; compile {mode: µs | {error}}, compile_s, compile_speedup, compile_group_eager_us,
 compile_dynamo {mode: {graphs, graph_breaks, graphs_before_timing, recompiles_while_timed}},
-compile_target, compile_numerics (with ``--compile-numerics``); best_compile {mode, us, modes_timed,
-modes_failed, auto_over_best_compile (auto_us over the fastest mode's median)}; auto_from (with
+compile_target, compile_numerics (with ``--compile-numerics``); inductor_cache (what Inductor's cache held
+before the compile groups: a cache an earlier run filled makes compile_s a warm-cache time); best_compile
+{mode, us, modes_timed, modes_failed, auto_over_best_compile (auto_us over the fastest mode's median)}; auto_from (with
 ``--auto-from``: the file, date and command of the ``--auto-only`` run whose choice the auto variant
 re-applied); floor_us, floor {memory_bytes,
 memory_parts_bytes, memory_factors, bandwidth_bytes_per_s, bandwidth_source, memory_us, flops,
@@ -975,6 +976,7 @@ def measure_one(args, path: Path, kind: str | None, entry: dict, save, note) -> 
     # 3. torch.compile, one mode at a time, each timed against the same eager variant
     for field in ("compile", "compile_s", "compile_speedup", "compile_group_eager_us", "compile_dynamo"):
         entry[field] = {}
+    entry["inductor_cache"] = inductor_cache_state()
     modes = [] if args.skip_compile else args.compile_modes
     for mode in modes:
         key = f"compile_{mode}"
@@ -1034,6 +1036,29 @@ def measure_one(args, path: Path, kind: str | None, entry: dict, save, note) -> 
             f"auto {entry['auto_us']:.1f} us = {entry['best_compile']['auto_over_best_compile']:.3f}x the best "
             f"compile mode ({entry['best_compile']['mode']}, {entry['best_compile']['us']:.1f} us)"
         )
+
+
+def inductor_cache_state() -> dict[str, Any]:
+    """What Inductor's on-disk cache holds before the compile groups: its folder, the autotuning results
+    (``*.best_config`` beside each kernel, the choices of ``select_algorithm``) and the compiled graphs already
+    there. A run whose cache was filled by an earlier run (``TORCHINDUCTOR_CACHE_DIR``) skips that autotuning:
+    its ``compile_s`` is a warm-cache time, not what a first compile costs; the step it times is the same code."""
+    from_env = "TORCHINDUCTOR_CACHE_DIR" in os.environ  # before cache_dir(), which sets it for its workers
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root = Path(cache_dir())
+
+    def count(pattern: str, under: str = "") -> int:
+        base = root / under if under else root
+        return sum(1 for _ in base.rglob(pattern)) if base.is_dir() else 0
+
+    return {
+        "dir": str(root),
+        "from_env": from_env,
+        "best_configs": count("*.best_config"),
+        "select_algorithm_files": count("*", "cache"),
+        "fx_graphs": count("*", "fxgraph"),
+    }
 
 
 def compile_numerics(eager: Any, compiled: Any, training: bool) -> str:
