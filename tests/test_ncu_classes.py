@@ -46,8 +46,9 @@ def _launches(name: str):
 # batch-norm kernels sit within a few points of SM and DRAM throughput, where the nearer unit is a coin toss.
 # Counting the strided convolutions' outputs from their recorded stride (4x fewer FLOPs than stride 1 assumed)
 # put two of their kernels on the memory side at 70-78% of the roof, where ncu measured 65% SM and 27% DRAM:
-# 86.6% -> 86.2%.
-AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 86.0}
+# 86.6% -> 86.2%. Joining the kernels the profiler leaves mangled (cuDNN's CUTLASS wgrad convolution,
+# ``_ZN17cutlass__5x_cudnn6KernelI...``) to ncu's demangled rows: 86.2% -> 86.9%, every launch joined.
+AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 86.9}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -61,6 +62,17 @@ def test_classes_agree_with_nsight_compute_on_95_pct_of_gpu_time(name):
 def test_the_suite_workloads_the_issue_names_are_recorded():
     # a decode step, a prefill, a conv training step and an attention-heavy step
     assert {"hf_llama_decode", "hf_llama_prefill", "timm_resnet50_train", "hf_gpt2_eager_attention"} <= set(WORKLOADS)
+
+
+def test_kernels_the_profiler_left_mangled_join_ncu_s_demangled_rows():
+    """cuDNN's CUTLASS convolution kernels reach the trace mangled and ncu's export demangled; both read as
+    ``Kernel``, so the ResNet-50 step joins launch for launch (it left 0.8% of the step unjoined before)."""
+    launches = trace_launches(_trace("timm_resnet50_train"))
+    mangled = [x for x in launches if x["kernel"].startswith("_ZN17cutlass__5x_cudnn6KernelI")]
+    assert mangled and {base_name(x["kernel"]) for x in mangled} == {"Kernel"}
+    assert base_name("void cutlass__5x_cudnn::Kernel<conv::ImplicitGemmConvolution<int>>(T1::Params)") == "Kernel"
+    result = agreement(launches, _launches("timm_resnet50_train"))
+    assert result["matched_pct"] == pytest.approx(100.0)
 
 
 def test_the_join_is_by_order_and_name_not_by_name_alone():

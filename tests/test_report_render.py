@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gpuadvisor import outputs as write_module  # the module that writes (report.write delegates to it)
 from gpuadvisor.errors import BadInputError
-from gpuadvisor.report.formatting import format_bytes_per_s, format_flops_per_s, format_pct, format_us
+from gpuadvisor.report.formatting import format_bytes_per_s, format_flops_per_s, format_pct, format_us, mangled_leaf
 from gpuadvisor.report.json import REQUIRED_KEYS, SCHEMA_VERSION, load_report, to_json
 from gpuadvisor.report.markdown import render_markdown
 from gpuadvisor.report.terminal import render_terminal, short_kernel_name
@@ -320,6 +320,21 @@ def render_text(report: dict, width: int = 100, top: int = 10) -> str:
 )
 def test_short_kernel_name_keeps_the_informative_part(name: str, expected: str) -> None:
     assert short_kernel_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "leaf"),
+    [
+        ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionIEEEEvNT_6ParamsE", "Kernel"),
+        ("_ZNK3foo3barEv", "bar"),  # a const member function
+        ("_Z10add_kernelPfS_", "add_kernel"),  # not nested
+        ("void cutlass::Kernel<int>(int)", None),  # already demangled
+        ("_Z", None),
+        ("_ZN99tooshortE", None),  # a length past the end is not a name
+    ],
+)
+def test_mangled_leaf_reads_the_function_s_own_name(name: str, leaf: str | None) -> None:
+    assert mangled_leaf(name) == leaf
 
 
 def test_short_kernel_name_long_library_names_keep_both_ends() -> None:

@@ -26,6 +26,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from gpuadvisor.report.formatting import mangled_leaf
+
 SOL_METRICS = {
     "duration": "gpu__time_duration.sum",
     "compute_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -90,7 +92,12 @@ def launch_verdicts(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def base_name(name: str) -> str:
     """A kernel's function name without namespaces, template arguments or parameters, as both the profiler
     (``void at::native::(anonymous namespace)::softmax_warp_forward<c10::Half, ..., false>(c10::Half*, ...)``)
-    and Nsight Compute (``void <unnamed>::softmax_warp_forward<c10::Half, ..., 0>(T2 *, ...)``) spell it."""
+    and Nsight Compute (``void <unnamed>::softmax_warp_forward<c10::Half, ..., 0>(T2 *, ...)``) spell it; a
+    name the profiler left mangled (``_ZN17cutlass__5x_cudnn6KernelI...``) by its mangled nested name's last
+    component (``Kernel``), as ncu prints it demangled."""
+    mangled = mangled_leaf(name.strip())  # the profiler keeps some names mangled; ncu demangles them all
+    if mangled is not None:
+        return mangled
     name = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", name)
     name = re.sub(r"^\s*void\s+", "", name)
     head = re.split(r"[<(]", name, maxsplit=1)[0]

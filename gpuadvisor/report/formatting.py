@@ -263,17 +263,30 @@ def _read_source_names(mangled: str, start: int) -> tuple[list[str], int]:
     return names, i
 
 
-def _mangled_short(name: str) -> str | None:
-    """A short name for an Itanium-mangled kernel (``_ZN...``) without a demangler: nested name, then template."""
+def _mangled_function_name(name: str) -> tuple[list[str], int]:
+    """The source names of an Itanium-mangled function's (nested) name and where they end; ([], 0) when
+    ``name`` is not mangled."""
     if not name.startswith("_Z"):
-        return None
+        return [], 0
     i = 2
-    nested = name.startswith("_ZN")
-    if nested:
+    if name.startswith("_ZN"):
         i = 3
         while i < len(name) and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
             i += 1
-    names, i = _read_source_names(name, i)
+    return _read_source_names(name, i)
+
+
+def mangled_leaf(name: str) -> str | None:
+    """The function's own name (last component, no namespaces or template arguments) of an Itanium-mangled
+    name, as a demangler would print it before ``<`` or ``(``: ``_ZN17cutlass__5x_cudnn6KernelINS_...`` ->
+    ``Kernel``; None for a name that is not mangled."""
+    names, _ = _mangled_function_name(name)
+    return names[-1] if names else None
+
+
+def _mangled_short(name: str) -> str | None:
+    """A short name for an Itanium-mangled kernel (``_ZN...``) without a demangler: nested name, then template."""
+    names, i = _mangled_function_name(name)
     if not names:
         return None
     leaf = names[-1]
