@@ -59,8 +59,12 @@ def test_what_no_run_measured_is_named_with_its_reason(avc, summary):
     # both ResNet-50 training steps' max-autotune runs were killed while they compiled, and say so: timm's four
     # times (285 s, 580 s, then 420 s with the 580 s run's inductor cache in place, then 540 s on an H100),
     # transformers' once
-    timm_runs = {"real_models_rm.json": 285, "real_models_rm2.json": 580, "real_models_rm3.json": 420}
-    timm_runs["real_models_rmw.json"] = 540
+    timm_runs = {
+        "real_models_rm.json": 285,
+        "real_models_rm2.json": 580,
+        "real_models_rm3.json": 420,
+        "real_models_rmw.json": 540,
+    }
     for name, runs in (
         ("timm_resnet50_train", timm_runs),
         ("hf_resnet_train", {"real_models_rm.json": 285}),
