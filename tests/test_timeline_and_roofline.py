@@ -239,10 +239,10 @@ def test_no_kernel_row_shows_more_than_100_pct_of_roof(every_report):
     for name, report in every_report.items():
         for k in report["kernels"]:
             assert k["pct_of_roof"] is None or k["pct_of_roof"] <= 100.0, (name, k["name"], k["pct_of_roof"])
-            if k["pct_of_roof"] is None and k["roof_note"]:
+            if k["roof_note"]:
                 inconsistent += 1
                 assert "estimate inconsistent" in k["roof_note"], k["roof_note"]
-    assert inconsistent > 0  # L2-resident optimizer updates of the GPT-2 training trace, at least
+    assert inconsistent > 0  # launches of L2-resident optimizer updates (the GPT-2 training trace), at least
 
 
 def test_decode_embedding_kv_write_and_gemv_classes(every_report):

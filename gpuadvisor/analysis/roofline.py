@@ -66,6 +66,12 @@ FAMILY_PATTERNS = [
     # cuDNN's split-K weight-gradient reduction (cudnn::cnn::reduce_wgrad_nchw_helper) sums the wgrad kernel's
     # partial results: a reduction, none of the convolution's multiply-adds.
     ("reduction", r"reduce_wgrad"),
+    # CUTLASS's split-K reduction (cutlass::reduction::kernel::ReduceSplitK) sums a GEMM's or convolution's
+    # partial tiles: a reduction, though its name carries "cutlass" and the convolution's template arguments.
+    ("reduction", r"ReduceSplitK"),
+    # cuDNN's workspace initialisation before an implicit-GEMM convolution
+    # (cask_plugin::xmma::init_device_workspace_kernel<...implicit_gemm::fprop...>): a fill, no multiply-adds.
+    ("copy", r"init_device_workspace"),
     # Before gemm: cuDNN's and CUTLASS's implicit-GEMM convolutions carry "gemm" in their names
     # (sm90_xmma_fprop_implicit_gemm_..., ImplicitGemmConvolution); "convert" kernels are not convolutions.
     ("convolution", r"conv(?!ert)|fprop|dgrad|wgrad|implicit_convolve|implicit_gemm|winograd"),
@@ -112,6 +118,11 @@ _TWO_PASS_BN = (
         "cuDNN two-pass BatchNorm backward: input and grad read twice, grad input written",
     ),
 )
+# Tensor-core kernels that take fp32 operands run them as TF32: cuBLAS and cuDNN say ``tf32`` in the name
+# (``sm90_xmma_gemm_f32f32_tf32f32_f32_...``), CUTLASS says ``tensorop`` (``cutlass_80_tensorop_s1688gemm_...``:
+# fp32 in, the 16x8x8 TF32 MMA) or names the element type (``cutlass::tfloat32_t``, ``10tfloat32_t`` where the
+# profiler left the name mangled). On fp32 operands these run under the TF32 roof, not the CUDA cores' fp32 one.
+_TF32_TENSOR_CORE = re.compile(r"(?i)tf32|tfloat32|tensorop")
 # Resident blocks per SM by compute capability (CUDA C Programming Guide, "Compute Capabilities" table).
 MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 2): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24, (9, 0): 32}
 REGISTER_ALLOCATION_UNIT = 256  # registers are allocated per warp in units of 256
@@ -306,7 +317,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
 
     # Peak FLOP/s per kernel from its dtype (fp32 operands on TF32 tensor cores when the name says so).
     kind = pd.Series(dtype, dtype=object)
-    tf32_name = np.array([bool(re.search(r"(?i)tf32", n)) for n in unique_names], dtype=bool)[name_codes]
+    tf32_name = np.array([bool(_TF32_TENSOR_CORE.search(n)) for n in unique_names], dtype=bool)[name_codes]
     tf32 = kind.isin(["float", "c10::Float"]).to_numpy() & tf32_name
     kind[tf32] = "tf32"
     peak_of = {d: (peak_flops(peaks, d) or np.nan) for d in kind.dropna().unique()}
