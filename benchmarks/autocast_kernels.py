@@ -67,6 +67,7 @@ def kernel_groups(path: Path) -> dict:
     findings, _ = run_rules(analysis, [r for r in load_rules() if r.id == "GA302"])
     ga302 = {"evidence": findings[0].evidence} if findings else None
     return {
+        "gpu": trace.device.name if trace.device else None,
         "trace": str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path),
         "steps": steps,
         "kernel_us_per_step": round(sum(g["us_per_step"] for g in out.values()), 1),
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     result = {
-        "gpu": "NVIDIA H200",
+        "gpu": None,  # the traces' own GPU (their deviceProperties), set below
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": "python3 benchmarks/autocast_kernels.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "method": __doc__.split("\n\n")[2].strip(),
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, paths = item.partition("=")
         fp32_path, _, bf16_path = paths.partition(":")
         fp32, bf16 = kernel_groups(Path(fp32_path)), kernel_groups(Path(bf16_path))
+        gpus = {fp32["gpu"], bf16["gpu"], *([result["gpu"]] if result["gpu"] else [])}
+        result["gpu"] = " / ".join(sorted(g or "unknown" for g in gpus))
         ratio = {
             g: round(bf16["groups"][g]["us_per_step"] / fp32["groups"][g]["us_per_step"], 3)
             for g in GROUPS
