@@ -44,6 +44,10 @@ def test_a_training_step_with_dropout_and_adamw_is_compiled_and_passes_the_guard
     assert outcome.numerics["passed"] and "autocast(bfloat16)" in outcome.numerics["detail"]
     assert outcome.facts["compiled"] == ["model.model"] and outcome.facts["fallback_random"] is True
     assert outcome.facts["mode"] == "default" and outcome.facts["modes"]["default"]["compile_s"] > 0
+    # Dynamo traced the model's call: torch 2.13 skips frames of nn.Module's own methods, so compiling
+    # ``module._call_impl`` itself ran the step eagerly there and reported it compiled.
+    assert outcome.facts["modes"]["default"]["not_compiled"] == []
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
     assert compiled_mode(patched) == "default" and compiled_mode(workload) is None
     # The original is untouched: eager between calls (nothing switched in) and its weights where they were.
     assert workload.model.model._compiled_call_impl is None
@@ -65,6 +69,23 @@ def test_a_compiled_step_whose_logits_are_one_percent_off_is_rolled_back(small):
 
     result = check_numerics(workload, applied.workload.with_step(workload.model, wrong), "model")
     assert not result.passed and "rel-L2 of output" in result.detail, result.detail
+
+
+def test_a_mode_dynamo_ran_eagerly_is_skipped_not_reported_compiled(small, monkeypatch):
+    import gpuadvisor.fixes.compile as compile_fix
+
+    monkeypatch.setattr(compile_fix, "_compiled_code_count", lambda function: 0)
+    workload = load_workload(str(SUITE / "hf_bert_classifier.py"))
+    with pytest.raises(RuntimeError, match="compiled nothing for model: dynamo ran the step eagerly"):
+        CompileFix().apply(workload)
+
+
+def test_each_module_s_call_has_its_own_code_for_dynamo():
+    from gpuadvisor.fixes.compile import _traced_call
+
+    first, second = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    assert _traced_call(first).__code__ is not _traced_call(second).__code__
+    assert torch.equal(_traced_call(first)(torch.ones(1, 2)), first(torch.ones(1, 2)))
 
 
 def test_refusals_say_why():

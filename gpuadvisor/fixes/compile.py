@@ -7,11 +7,15 @@ padding mask on the host, a value a graph would freeze).
 
 What it compiles: the ``torch.nn.Module`` the step calls: the model itself, or the modules held by the object
 ``build()`` returned (a ``TrainState`` with ``.model``, a dict of modules), one attribute deep. Each is compiled
-the way ``nn.Module.compile()`` does it (its ``_call_impl`` through ``torch.compile``), but only for the duration
-of the patched step: the compiled call is switched in on entry and out again on exit, so the user's module,
-its weights and its optimizer are shared with the original and the original runs eagerly between calls (the
-numerics guard compares the two from the same state). The user's step itself (``zero_grad``, ``backward``,
-``optimizer.step()``, a cache object's bookkeeping) stays eager Python around the compiled forward.
+the way ``nn.Module.compile()`` does it (its ``_call_impl`` through ``torch.compile``, as the module's
+``_compiled_call_impl``), with the call wrapped in a function of this file: torch 2.13 lists ``nn.Module``'s own
+methods among the frames dynamo skips, so ``torch.compile(module._call_impl)`` (and ``module.compile()``) ran
+eagerly there without a word, while a frame of this file is traced and inlines the module's call. After the first
+call dynamo must hold compiled code for that frame, or the mode is skipped as "compiled nothing". The compiled
+call is in place only for the duration of the patched step: switched in on entry and out again on exit, so the
+user's module, its weights and its optimizer are shared with the original and the original runs eagerly between
+calls (the numerics guard compares the two from the same state). The user's step itself (``zero_grad``,
+``backward``, ``optimizer.step()``, a cache object's bookkeeping) stays eager Python around the compiled forward.
 
 Modes: on a GPU ``default`` and ``reduce-overhead`` (CUDA graphs of the compiled code) by default, or those the
 environment variable ``GPUADVISOR_COMPILE_MODES`` lists (comma-separated; ``max-autotune`` and
@@ -123,6 +127,29 @@ class CompiledStep:
             return self.user_step(model, inputs)
 
 
+def _traced_call(module: Any) -> Any:
+    """``module._call_impl`` behind a function of this file, for ``torch.compile`` (module docstring)."""
+    impl = module._call_impl
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return impl(*args, **kwargs)
+
+    # A code object of its own: dynamo keeps compiled code per code object, so each module's (and each mode's)
+    # entries are its own to count, and no two share a recompile limit.
+    call.__code__ = call.__code__.replace()
+    return call
+
+
+def _compiled_code_count(function: Any) -> int:
+    """How many compiled entries dynamo holds for ``function``'s frame (0: it ran eagerly); -1 if unknown."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return len(_debug_get_cache_entry_list(function.__code__))
+    except Exception:  # a private helper: a torch without it cannot tell
+        return -1
+
+
 def _graph_breaks() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
@@ -198,7 +225,8 @@ class CompileFix(Fix):
                     how = {"options": {**torch._inductor.list_mode_options(mode), "fallback_random": True}}
                 else:
                     how = {"mode": None if mode == "default" else mode}
-                pairs = [(module, torch.compile(module._call_impl, **how)) for _, module in modules]
+                calls = [_traced_call(module) for _, module in modules]
+                pairs = [(module, torch.compile(call, **how)) for (_, module), call in zip(modules, calls)]
                 step = CompiledStep(workload.step, _SwitchedIn(pairs), mode)
                 run = make_step_fn(step, workload.model, workload.inputs, workload.path)
                 breaks_before = _graph_breaks()
@@ -208,6 +236,11 @@ class CompileFix(Fix):
                     if cuda:
                         torch.cuda.synchronize()
                     compile_s = time.perf_counter() - started
+                    eager = [label for (label, _), call in zip(modules, calls) if _compiled_code_count(call) == 0]
+                    if len(eager) == len(modules):
+                        raise RuntimeError(
+                            f"torch.compile compiled nothing for {', '.join(eager)}: dynamo ran the step eagerly"
+                        )
                     for _ in range(WARMUP_STEPS - 1):
                         run()
                     median = None
@@ -227,6 +260,7 @@ class CompileFix(Fix):
                     "compile_s": round(compile_s, 1),
                     "graph_breaks": count,
                     "graph_break_reasons": reasons,
+                    "not_compiled": eager,  # held modules the step did not call, or dynamo ran eagerly
                 }
                 steps[mode] = step
         finally:
@@ -256,6 +290,10 @@ class CompileFix(Fix):
             changes.append(f"{facts['graph_breaks']} graph break(s): " + "; ".join(facts["graph_break_reasons"]))
         else:
             changes.append("no graph breaks")
+        if facts["not_compiled"]:
+            changes.append(
+                f"left eager: {', '.join(facts['not_compiled'])} (the step did not call it, or dynamo ran it eagerly)"
+            )
         if random:
             changes.append(
                 f"dropout is active in {', '.join(random)}: compiled with fallback_random=True (eager's random"
