@@ -418,6 +418,42 @@ def test_a_foreach_adamw_is_switched_to_fused_on_a_copy():
     assert again is not None and again.reason == "AdamW already runs fused (fused=True)"
 
 
+def test_an_amp_step_with_a_grad_scaler_is_copied_with_the_scaler_s_tensors():
+    """GradScaler deep-copies without its scale and growth tracker (it rebuilds them on its next scale()), so the
+    guard found no counterpart for ``scaler._growth_tracker`` and rolled every copying fix back on AMP training
+    steps. The copy now holds clones of the original's, and fused_optimizer applies and passes."""
+    from gpuadvisor.fixes.copying import copy_workload
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    state = type("Trainer", (), {})()
+    state.model, state.optimizer = model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    state.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    x = torch.randn(4, 8)
+
+    def step(state, inputs):
+        state.optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = state.model(*inputs).float().square().mean()
+        state.scaler.scale(loss).backward()
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
+        return loss.detach()
+
+    workload = Workload("m.py", state, (x,), lambda: step(state, (x,)), None, "m", step)
+    workload.step_fn()  # the scaler's tensors exist from here on
+    copied = copy_workload(workload).model.scaler
+    for name in ("_scale", "_growth_tracker"):
+        original = getattr(state.scaler, name)
+        assert torch.equal(getattr(copied, name), original)
+        assert getattr(copied, name).data_ptr() != original.data_ptr()
+    final, outcome = only(workload, "fused_optimizer")
+    assert outcome.status == "applied", (outcome.reason, outcome.numerics)
+    assert outcome.numerics["passed"], outcome.numerics["detail"]
+    final.step_fn()
+    assert torch.equal(final.model.scaler._growth_tracker, state.scaler._growth_tracker + 1)
+
+
 def test_fused_optimizer_refusals():
     model = nn.Linear(4, 4)
     x = torch.randn(2, 4)

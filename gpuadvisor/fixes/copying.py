@@ -9,7 +9,9 @@ model holds, wrapping the user's step, and copying the model together with the s
 - ``copy_workload(workload)``: the model and the inputs deep-copied together (one memo), so that an optimizer
   in a ``TrainState`` updates the copied parameters, not the original's. Objects the inputs carry (a cache, an
   optimizer) become the copy's own: the patched step swaps them in for the originals when it is called with
-  the original's objects (the numerics guard's fresh inputs keep the original's non-tensor objects).
+  the original's objects (the numerics guard's fresh inputs keep the original's non-tensor objects). A
+  ``GradScaler`` pickles (and so deep-copies) without its scale and growth-tracker tensors, to rebuild them on
+  its next ``scale()``; the copy gets clones of the original's, so the two hold the same state from the start.
 - ``step_state_refusal(workload, fix_title, suggestion)``: a copy cannot take along what the step reaches
   through its module's globals (an optimizer built at module level holds the original's parameters): such a
   workload is refused, naming the line where that object is built.
@@ -98,11 +100,42 @@ def copy_workload(workload: Any, copies: float = 1.1) -> WorkloadCopy | None:
         return None
     memo: dict[int, Any] = {}
     try:
-        model, inputs = copy.deepcopy((workload.model, tuple(workload.inputs)), memo)
+        model, inputs = deepcopy_state((workload.model, tuple(workload.inputs)), memo)
     except Exception:  # a lock, a file, a tensor with autograd history: deepcopy raises many kinds
         return None
     carried = [(value, memo[id(value)]) for value in _objects(workload.inputs) if id(value) in memo]
     return WorkloadCopy(model, inputs, carried)
+
+
+SCALER_TENSORS = ("_scale", "_growth_tracker")
+
+
+def deepcopy_state(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """``copy.deepcopy(value, memo)``, with each ``GradScaler`` in it given its original's tensors (module
+    docstring): every copy of a workload's state that a step runs on is made with it."""
+    memo = {} if memo is None else memo
+    copied = copy.deepcopy(value, memo)
+    _carry_scaler_tensors(memo)
+    return copied
+
+
+def _carry_scaler_tensors(memo: dict[int, Any]) -> None:
+    """Give each deep-copied ``GradScaler`` clones of its original's scale and growth tracker, which its
+    ``__getstate__`` leaves out (module docstring); ``memo[id(memo)]`` lists the originals deepcopy copied."""
+    import torch
+
+    kinds = tuple(
+        kind for kind in (getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None)) if kind
+    )
+    for original in memo.get(id(memo), []):
+        if not isinstance(original, kinds) or id(original) not in memo:
+            continue
+        copied = memo[id(original)]
+        for name in SCALER_TENSORS:
+            value = getattr(original, name, None)
+            if isinstance(value, torch.Tensor) and getattr(copied, name, None) is None:
+                mapped = memo.get(id(value))  # a copy the memo already holds (the guard's float32 memo)
+                setattr(copied, name, mapped if isinstance(mapped, torch.Tensor) else value.detach().clone())
 
 
 def _objects(value: Any) -> list[Any]:

@@ -614,10 +614,11 @@ def _reference_runs(
     copy (of a float32 original)."""
     import copy
 
+    from gpuadvisor.fixes.copying import deepcopy_state
     from gpuadvisor.fixes.state import collect_state
 
     memo = _float32_memo(original.model, original.inputs, wide=wide)
-    model, inputs = copy.deepcopy((original.model, original.inputs), memo)
+    model, inputs = deepcopy_state((original.model, original.inputs), memo)
     reference = dataclasses.replace(original, model=model, inputs=inputs)
     state = collect_state({"model": model, "inputs": inputs})
     start = state.snapshot(written)

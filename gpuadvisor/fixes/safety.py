@@ -38,7 +38,6 @@ inside the functions.
 
 from __future__ import annotations
 
-import copy
 import linecache
 import os
 import re
@@ -177,8 +176,10 @@ def private_copy(model: Any, copies: float = 1.1) -> Any | None:
     a buffer with autograd history): the caller then runs on the model itself and says so."""
     if not copy_fits(model, copies):
         return None
+    from gpuadvisor.fixes.copying import deepcopy_state
+
     try:
-        return copy.deepcopy(model)
+        return deepcopy_state(model)
     except Exception:  # deepcopy raises TypeError, RuntimeError, pickling errors... for such members
         return None
 
@@ -283,8 +284,10 @@ def analyze_step(workload: Any, *, runs: int = 3) -> StepAnalysis:
     # run it on the workload itself then, with that state snapshotted too.
     outside = step_globals(workload.step)
     if not collect_state({"step": outside}).slots and copy_fits(model, 1.1):
+        from gpuadvisor.fixes.copying import deepcopy_state
+
         try:
-            copied = copy.deepcopy((model, inputs))
+            copied = deepcopy_state((model, inputs))
         except Exception:
             copied = None
     if copied is not None:
