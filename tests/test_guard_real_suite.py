@@ -518,3 +518,41 @@ def test_a_cache_object_built_in_every_forward_gets_the_use_cache_suggestion():
     assert "use_cache=False" in text
     other = _library_suggestion("transformers.models.gpt2.modeling_gpt2", SimpleNamespace(kind="host_sync"))
     assert "use_cache" not in other and "torch.compile" in other
+
+
+def test_a_list_the_step_rebinds_is_restored_where_it_is_now():
+    """LambdaLR.step() binds a new ``_last_lr`` list every step: the restore writes the snapshot into the list the
+    scheduler holds now, not into the one the walk found."""
+    from gpuadvisor.fixes.state import collect_state
+
+    layer = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    state = collect_state({"scheduler": scheduler, "optimizer": optimizer})
+    start = state.snapshot()
+    optimizer.step()
+    scheduler.step()
+    assert scheduler._last_lr == [0.25] and "scheduler._last_lr[0]" in state.changed(start)
+    state.restore(start)
+    assert scheduler._last_lr == [0.5] and optimizer.param_groups[0]["lr"] == 0.5 and state.changed(start) == []
+
+
+def test_a_copied_grad_scaler_has_its_original_s_slots():
+    """A GradScaler deep-copies with its scale and growth tracker as numbers (it rebuilds the tensors on its next
+    scale()): the walk builds them, so the copy's state has the same slots and values as the original's."""
+    from gpuadvisor.fixes.state import collect_state
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    layer = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = layer(torch.randn(3, 2)).float().sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    copied = copy.deepcopy(scaler)
+    assert copied._scale is None  # what deepcopy leaves
+    original, duplicate = collect_state({"s": scaler}), collect_state({"s": copied})
+    assert "s._growth_tracker" in duplicate and list(original.slots) == list(duplicate.slots)
+    for path in ("s._scale", "s._growth_tracker"):
+        assert torch.equal(original[path].get(), duplicate[path].get())

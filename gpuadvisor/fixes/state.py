@@ -30,6 +30,9 @@ optimizer's state tensor, which a captured graph may read, zeroed in place: torc
 lazily created moments, momentum buffers and step counters from zero). ``changed(snapshot)`` names the slots
 whose value differs from the snapshot: the state the step writes.
 
+A ``GradScaler`` copied by deepcopy or pickle holds its scale and growth tracker as numbers until its next
+``scale()``; the walk builds its tensors from them first, as that call would, so a copy has its original's slots.
+
 Numbers a step may change in Python (a learning-rate scheduler's epoch and the lr it writes into the
 optimizer's param groups, a counter on a cache object) are "scalar" slots, seen as 0-dim tensors: snapshotted,
 restored and compared like the rest. Numbers inside modules (and in what modules hold, such as a config) are
@@ -76,6 +79,22 @@ class Slot:
     # parameter; "optimizer": the optimizer
     owner: Any = None
     key: Any = None  # "item": the key or index; "optimizer": (parameter, state key)
+    # "item", "scalar": (container, key) where the walk found ``owner`` itself, when that is a dict or list a step
+    # may replace whole (a scheduler rebinds its ``_last_lr`` list every step): the owner is looked up there again
+    via: Any = None
+
+    @property
+    def container(self) -> Any:
+        """The dict or list holding an "item" or "scalar" slot now: ``owner``, or what ``via`` names now."""
+        if self.via is not None:
+            holder, key = self.via
+            try:
+                current = holder[key]
+            except (KeyError, IndexError, TypeError):
+                return self.owner
+            if type(current) is type(self.owner):
+                return current
+        return self.owner
 
     def get(self) -> Any:
         """The tensor now held here, or None when absent (no gradient yet, no optimizer state yet).
@@ -87,15 +106,16 @@ class Slot:
         if self.kind == "scalar":  # a Python number in a dict, list or __dict__, seen as a 0-dim CPU tensor
             import torch
 
-            value = _scalar_at(self.owner, self.key)
+            value = _scalar_at(self.container, self.key)
             if value is None:
                 return None
             return torch.tensor(float(value) if isinstance(value, float) else int(value), dtype=_scalar_dtype(value))
         if self.kind == "item":
-            if isinstance(self.owner, list):
-                value = self.owner[self.key] if self.key < len(self.owner) else None
+            owner = self.container
+            if isinstance(owner, list):
+                value = owner[self.key] if self.key < len(owner) else None
             else:
-                value = self.owner.get(self.key)
+                value = owner.get(self.key)
             return value if _is_tensor(value) else None
         if self.kind == "grad":
             return self.owner.grad
@@ -108,9 +128,10 @@ class Slot:
         import torch
 
         if self.kind == "scalar":
-            if value is not None and _scalar_at(self.owner, self.key) is not None:
-                kind = type(_scalar_at(self.owner, self.key))
-                self.owner[self.key] = kind(value.item())
+            owner = self.container
+            if value is not None and _scalar_at(owner, self.key) is not None:
+                kind = type(_scalar_at(owner, self.key))
+                owner[self.key] = kind(value.item())
             return
         current = self.get()
         with torch.no_grad():
@@ -131,7 +152,7 @@ class Slot:
                 restored = value.to(device).clone()
                 if isinstance(current if current is not None else self.tensor, torch.nn.Parameter):
                     restored = torch.nn.Parameter(restored, requires_grad=self.tensor.requires_grad)
-                self.owner[self.key] = restored
+                self.container[self.key] = restored
             elif self.kind == "tensor":  # a reshaped tensor cannot be written back in place: set its data
                 self.tensor.data = value.to(self.tensor.device).clone()
             elif self.kind == "grad":
@@ -327,10 +348,10 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     def add(slot: Slot) -> None:
         state.slots.setdefault(slot.path, slot)
 
-    def visit(value: Any, path: str, depth: int, owner: Any = None, key: Any = None) -> None:
+    def visit(value: Any, path: str, depth: int, owner: Any = None, key: Any = None, via: Any = None) -> None:
         if isinstance(value, (int, float)) and owner is not None and scalars_here[-1]:
             # A number a step may change in Python: a scheduler's epoch, an optimizer group's lr.
-            add(Slot(path, "scalar", owner=owner, key=key))
+            add(Slot(path, "scalar", owner=owner, key=key, via=via))
             return
         if isinstance(value, _LEAF_TYPES) or isinstance(value, _OPAQUE_TYPES):
             return
@@ -339,7 +360,7 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
                 return
             seen_tensors.add(id(value))
             if owner is not None:  # in a dict or list the step can bind a new tensor into
-                add(Slot(path, "item", tensor=value, owner=owner, key=key))
+                add(Slot(path, "item", tensor=value, owner=owner, key=key, via=via))
             else:
                 add(Slot(path, "tensor", tensor=value))
             if value.is_leaf and value.requires_grad:
@@ -391,9 +412,11 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
             finally:
                 scalars_here.pop()
             return
+        # Where this dict or list itself sits (an object's attribute, a dict's value): its items look it up there.
+        here = (owner, key) if isinstance(owner, (dict, list)) else None
         if isinstance(value, dict):
             for name, item in list(value.items()):
-                visit(item, f"{path}[{name!r}]", depth + 1, value, name)
+                visit(item, f"{path}[{name!r}]", depth + 1, value, name, here)
             return
         if isinstance(value, list):
             if len(value) > MAX_SCALAR_LIST and isinstance(value[0], _LEAF_TYPES):
@@ -401,7 +424,7 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
             scalars_here.append(scalars_here[-1] and len(value) <= MAX_SCALAR_LIST)
             try:
                 for index, item in enumerate(list(value)):
-                    visit(item, f"{path}[{index}]", depth + 1, value, index)
+                    visit(item, f"{path}[{index}]", depth + 1, value, index, here)
             finally:
                 scalars_here.pop()
             return
@@ -411,6 +434,7 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
             return
         if isinstance(value, (set, frozenset)):
             return  # unordered: no stable path
+        _materialize_scaler(value)
         attributes = getattr(value, "__dict__", None)
         if isinstance(attributes, dict):
             for name, item in list(attributes.items()):
@@ -420,6 +444,23 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     for name, root in roots.items():
         visit(root, name, 0)
     return state
+
+
+def _materialize_scaler(value: Any) -> None:
+    """A copied ``GradScaler`` (deepcopy, pickle) holds its scale and growth tracker as numbers until its next
+    ``scale()`` builds the tensors from them; build them now, as that call would, so a copy has the same slots
+    as its original from the start."""
+    import torch
+
+    kinds = tuple(
+        kind for kind in (getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None)) if kind
+    )
+    if not isinstance(value, kinds) or not getattr(value, "_enabled", False) or value._scale is not None:
+        return
+    init = getattr(value, "_lazy_init_scale_growth_tracker", None)
+    device = getattr(value, "_device", None)
+    if callable(init) and isinstance(device, str):
+        init(torch.device(device))
 
 
 def map_tensors(function: Any, value: Any) -> Any:
