@@ -124,9 +124,9 @@ def _carry_scaler_tensors(memo: dict[int, Any]) -> None:
     ``__getstate__`` leaves out (module docstring); ``memo[id(memo)]`` lists the originals deepcopy copied."""
     import torch
 
-    kinds = tuple(
-        kind for kind in (getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None)) if kind
-    )
+    from gpuadvisor.fixes.state import grad_scaler_types
+
+    kinds = grad_scaler_types()
     for original in memo.get(id(memo), []):
         if not isinstance(original, kinds) or id(original) not in memo:
             continue

@@ -446,16 +446,21 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     return state
 
 
+def grad_scaler_types() -> tuple[type, ...]:
+    """``torch.amp.GradScaler`` and the older ``torch.cuda.amp.GradScaler``, those this torch has."""
+    import torch
+
+    kinds = (getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None))
+    return tuple(kind for kind in kinds if isinstance(kind, type))
+
+
 def _materialize_scaler(value: Any) -> None:
     """A copied ``GradScaler`` (deepcopy, pickle) holds its scale and growth tracker as numbers until its next
     ``scale()`` builds the tensors from them; build them now, as that call would, so a copy has the same slots
     as its original from the start."""
     import torch
 
-    kinds = tuple(
-        kind for kind in (getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None)) if kind
-    )
-    if not isinstance(value, kinds) or not getattr(value, "_enabled", False) or value._scale is not None:
+    if not isinstance(value, grad_scaler_types()) or not getattr(value, "_enabled", False) or value._scale is not None:
         return
     init = getattr(value, "_lazy_init_scale_growth_tracker", None)
     device = getattr(value, "_device", None)
