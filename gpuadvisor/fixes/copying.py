@@ -11,7 +11,8 @@ model holds, wrapping the user's step, and copying the model together with the s
   optimizer) become the copy's own: the patched step swaps them in for the originals when it is called with
   the original's objects (the numerics guard's fresh inputs keep the original's non-tensor objects). A
   ``GradScaler`` pickles (and so deep-copies) without its scale and growth-tracker tensors, to rebuild them on
-  its next ``scale()``; the copy gets clones of the original's, so the two hold the same state from the start.
+  its next ``scale()`` from the numbers it keeps; the copy builds them at once, so the two hold the same state
+  from the start.
 - ``step_state_refusal(workload, fix_title, suggestion)``: a copy cannot take along what the step reaches
   through its module's globals (an optimizer built at module level holds the original's parameters): such a
   workload is refused, naming the line where that object is built.
@@ -107,35 +108,17 @@ def copy_workload(workload: Any, copies: float = 1.1) -> WorkloadCopy | None:
     return WorkloadCopy(model, inputs, carried)
 
 
-SCALER_TENSORS = ("_scale", "_growth_tracker")
-
-
 def deepcopy_state(value: Any, memo: dict[int, Any] | None = None) -> Any:
-    """``copy.deepcopy(value, memo)``, with each ``GradScaler`` in it given its original's tensors (module
-    docstring): every copy of a workload's state that a step runs on is made with it."""
+    """``copy.deepcopy(value, memo)``, with each ``GradScaler`` in it given its tensors again (module docstring;
+    ``state.materialize_scaler``): every copy of a workload's state that a step runs on is made with it."""
+    from gpuadvisor.fixes.state import grad_scaler_types, materialize_scaler
+
     memo = {} if memo is None else memo
     copied = copy.deepcopy(value, memo)
-    _carry_scaler_tensors(memo)
-    return copied
-
-
-def _carry_scaler_tensors(memo: dict[int, Any]) -> None:
-    """Give each deep-copied ``GradScaler`` clones of its original's scale and growth tracker, which its
-    ``__getstate__`` leaves out (module docstring); ``memo[id(memo)]`` lists the originals deepcopy copied."""
-    import torch
-
-    from gpuadvisor.fixes.state import grad_scaler_types
-
     kinds = grad_scaler_types()
-    for original in memo.get(id(memo), []):
-        if not isinstance(original, kinds) or id(original) not in memo:
-            continue
-        copied = memo[id(original)]
-        for name in SCALER_TENSORS:
-            value = getattr(original, name, None)
-            if isinstance(value, torch.Tensor) and getattr(copied, name, None) is None:
-                mapped = memo.get(id(value))  # a copy the memo already holds (the guard's float32 memo)
-                setattr(copied, name, mapped if isinstance(mapped, torch.Tensor) else value.detach().clone())
+    for item in list(memo.values()):
+        materialize_scaler(item, kinds)
+    return copied
 
 
 def _objects(value: Any) -> list[Any]:

@@ -344,6 +344,7 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
     seen_objects: set[int] = set()
     seen_tensors: set[int] = set()
     budget = [MAX_OBJECTS]
+    scaler_types = grad_scaler_types()
 
     def add(slot: Slot) -> None:
         state.slots.setdefault(slot.path, slot)
@@ -434,7 +435,7 @@ def collect_state(roots: dict[str, Any]) -> StateMap:
             return
         if isinstance(value, (set, frozenset)):
             return  # unordered: no stable path
-        _materialize_scaler(value)
+        materialize_scaler(value, scaler_types)
         attributes = getattr(value, "__dict__", None)
         if isinstance(attributes, dict):
             for name, item in list(attributes.items()):
@@ -454,13 +455,14 @@ def grad_scaler_types() -> tuple[type, ...]:
     return tuple(kind for kind in kinds if isinstance(kind, type))
 
 
-def _materialize_scaler(value: Any) -> None:
+def materialize_scaler(value: Any, kinds: tuple[type, ...] | None = None) -> None:
     """A copied ``GradScaler`` (deepcopy, pickle) holds its scale and growth tracker as numbers until its next
     ``scale()`` builds the tensors from them; build them now, as that call would, so a copy has the same slots
-    as its original from the start."""
+    as its original from the start. Anything else is left alone. ``kinds``: :func:`grad_scaler_types`."""
     import torch
 
-    if not isinstance(value, grad_scaler_types()) or not getattr(value, "_enabled", False) or value._scale is not None:
+    kinds = grad_scaler_types() if kinds is None else kinds
+    if not isinstance(value, kinds) or not getattr(value, "_enabled", False) or value._scale is not None:
         return
     init = getattr(value, "_lazy_init_scale_growth_tracker", None)
     device = getattr(value, "_device", None)
