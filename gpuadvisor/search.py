@@ -4,7 +4,8 @@ A stack is a list of fix ids run in the registry's order (``gpuadvisor.fixes.reg
 before-profile's findings recommend (``recommended``), the candidates are, in this order:
 
 1. everything recommended (what ``auto`` applied before it searched), when anything is;
-2. the model-wide levers among them (``sdpa``, ``channels_last``, ``bf16``, ``fused_optimizer``) with ``compile``:
+2. the model-wide levers among them (``sdpa``, ``channels_last``, ``bf16``, ``tf32``, ``fused_optimizer``) with
+   ``compile``:
    torch.compile is what a user would otherwise pick, and it fuses, pads GEMMs and (reduce-overhead) replays
    CUDA graphs itself, so ``fusion`` and ``graphs`` are left out of this stack;
 3. ``compile`` alone, when stack 2 holds levers (a lever that does not pay under compile must not hide it);
@@ -44,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-LEVERS = ("sdpa", "channels_last", "bf16", "fused_optimizer")
+LEVERS = ("sdpa", "channels_last", "bf16", "tf32", "fused_optimizer")
 DEFAULT_BUDGET_S = 120.0
 SEARCH_WARMUP = 3
 SEARCH_ROUNDS = 3

@@ -121,7 +121,17 @@ def planted():
 
 def test_fix_order_puts_module_swaps_before_the_graph():
     # Model-wide switches, then module swaps, then what compiles or captures the result.
-    assert FIX_ORDER == ("sdpa", "channels_last", "bf16", "fused_optimizer", "fusion", "fp8", "compile", "graphs")
+    assert FIX_ORDER == (
+        "sdpa",
+        "channels_last",
+        "bf16",
+        "tf32",
+        "fused_optimizer",
+        "fusion",
+        "fp8",
+        "compile",
+        "graphs",
+    )
     assert resolve_fix_ids("graphs,fusion,fp8", []) == ["fusion", "fp8", "graphs"]
     assert resolve_fix_ids("graphs,bf16,sdpa,compile", []) == ["sdpa", "bf16", "compile", "graphs"]
     assert resolve_fix_ids(" Graphs , graphs ", []) == ["graphs"]
@@ -130,7 +140,7 @@ def test_fix_order_puts_module_swaps_before_the_graph():
 def test_resolve_auto_takes_the_recommended_fixes_in_order():
     assert resolve_fix_ids("auto", ["graphs", "fusion", "graphs"]) == ["fusion", "graphs"]
     # A rule may name a fix that is not built yet: auto ignores it.
-    assert resolve_fix_ids("auto", ["tf32", "graphs"]) == ["graphs"]
+    assert resolve_fix_ids("auto", ["int4_weights", "graphs"]) == ["graphs"]
     assert resolve_fix_ids("auto", []) == []
 
 

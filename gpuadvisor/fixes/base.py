@@ -30,7 +30,8 @@ from typing import Any, Literal
 #   "fp8":   signal-to-quantization-noise ratio of the patched output against the original, >= 25 dB.
 #   "bf16":  a float32 model run under bf16 autocast: each output and state write against the original's, within a
 #            multiple of how far the original moves when its weights and inputs are rounded to bf16.
-NumericsPolicy = Literal["model", "fp8", "bf16"]
+#   "tf32":  a float32 step with TF32 matmuls: the same, against the original with its matmul operands rounded to TF32.
+NumericsPolicy = Literal["model", "fp8", "bf16", "tf32"]
 
 Status = Literal["applied", "refused", "rolled_back", "failed"]
 

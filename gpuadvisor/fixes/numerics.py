@@ -40,6 +40,12 @@ original and the patched step on the same inputs and compares the outputs:
   show; ``bf16_rounding`` alone never rounds those terms when they are BatchNorm or pointwise outputs, and a correct
   autocast step then lands many times above it. Why a multiple: autocast accumulates in other orders and other
   kernels than the float32 emulations; see ``BF16_NOISE_FACTOR`` and ``bf16_storage`` for the measurements.
+- ``"tf32"`` policy, for a float32 step whose matmuls may run in TF32 (the ``tf32`` fix): the same judgement as
+  ``"bf16"``, against one emulation, ``tf32_rounding``: the original computing in float32 with the operands of its
+  matmuls, convolutions and attention rounded to TF32's 10-bit mantissa and back, and the gradients flowing into
+  them in backward too (TF32 multiplies rounded operands and accumulates and returns float32, so nothing else is
+  rounded, not even the step's inputs). The patched run may be at most ``max(TF32_NOISE_FACTOR x that,
+  TF32_FLOOR)`` from the original, tensor by tensor, with the scale check on top.
 - NaN/Inf parity, always: the patched output must have NaN and +/-Inf exactly where the original has them;
   the errors are computed over the positions finite in both (and in the reference).
 
@@ -108,6 +114,20 @@ BF16_NOISE_FACTOR = 3.0
 # A tensor that the emulated rounding leaves (nearly) unmoved (its ops are all float32 ones under autocast too)
 # may still see a bf16 input somewhere: bf16's unit roundoff 2^-8 = 3.9e-3 is the least a bf16 run may differ by.
 BF16_FLOOR = 2.0**-8
+# "tf32" policy: a multiple of the emulation's rel-L2 (``tf32_rounding``), and a floor of TF32's unit roundoff
+# 2^-11 (10 mantissa bits, as fp16's). cuBLAS and cuDNN round TF32 operands to nearest as the emulation does
+# (H100: benchmarks/results/tf32_h100/tf32_rounding.json), so the order of the sums and which elements the
+# rounding happens to move differ from it. Measured on the H100 (torch 2.11), patched over emulated rel-L2: ViT
+# logits 0.95; convnext-tiny's training step, a LayerNorm weight's AdamW update (Adam's normalised step turns a
+# near-zero gradient's rounding into a full-size step, so its rel-L2 counts the few elements that flip) 3.17 and
+# 2.73 in two runs. bf16 autocast lands 5.8x the TF32 emulation on the small ViT (CPU), outside the bound.
+TF32_NOISE_FACTOR = 4.0
+TF32_FLOOR = 2.0**-11
+# Policies judged against an emulation of their own rounding, tensor by tensor: policy -> (factor, floor, words).
+EMULATED = {
+    "bf16": (BF16_NOISE_FACTOR, BF16_FLOOR, "bf16"),
+    "tf32": (TF32_NOISE_FACTOR, TF32_FLOOR, "TF32"),
+}
 LOW_PRECISION = ("bfloat16", "float16")
 
 
@@ -117,12 +137,14 @@ class NumericsResult:
 
     passed: bool
     policy: str
-    # "rel_l2_vs_fp32_reference" | "rel_l2_vs_original" | "rel_l2_vs_bf16_rounding" | "sqnr_db" | "" (nothing compared)
+    # "rel_l2_vs_fp32_reference" | "rel_l2_vs_original" | "rel_l2_vs_bf16_rounding" | "rel_l2_vs_tf32_rounding"
+    # | "sqnr_db" | "" (nothing compared)
     metric: str
     value: float | None  # the patched run's error (rel-L2) or SQNR (dB); the worst over outputs and trials
     bound: float | None  # rel-L2: at most this; SQNR: at least this
     # "model" with an fp32 reference: the original's own rel-L2 to it; "bf16": the rel-L2 of the original with bf16
-    # storage emulated (the farther of bf16_rounding and bf16_storage), for the tensor that came nearest its bound
+    # storage emulated (the farther of bf16_rounding and bf16_storage), for the tensor that came nearest its bound;
+    # "tf32": the same with tf32_rounding
     reference_error: float | None
     nan_inf_parity: bool
     detail: str  # one line: how it was judged, and why when it failed
@@ -137,9 +159,10 @@ class NumericsResult:
             return self.detail
         if self.metric == "sqnr_db":
             return f"SQNR {self.value:.1f} dB (bound >= {self.bound:.0f} dB)"
-        if self.metric == "rel_l2_vs_bf16_rounding":
+        if self.metric in ("rel_l2_vs_bf16_rounding", "rel_l2_vs_tf32_rounding"):
+            rounded = "bf16" if self.metric == "rel_l2_vs_bf16_rounding" else "TF32"
             return (
-                f"rel-L2 {self.value:.2e} vs original (bf16-rounded original {self.reference_error:.2e},"
+                f"rel-L2 {self.value:.2e} vs original ({rounded}-rounded original {self.reference_error:.2e},"
                 f" bound {self.bound:.2e})"
             )
         if self.reference_error is not None:
@@ -276,8 +299,8 @@ def check_numerics(
     from gpuadvisor.fixes.state import collect_state, describe_paths, same_slot, workload_roots
     from gpuadvisor.workload import make_step_fn
 
-    if policy not in ("model", "fp8", "bf16"):
-        raise ValueError(f"unknown numerics policy {policy!r} (expected 'model', 'fp8' or 'bf16')")
+    if policy not in ("model", "fp8", "bf16", "tf32"):
+        raise ValueError(f"unknown numerics policy {policy!r} (expected 'model', 'fp8', 'bf16' or 'tf32')")
     trial_inputs = [fresh_inputs(original.inputs, seed + trial) for trial in range(trials)]
     device = model_device(original.model, original.inputs)
     on_cuda = device is not None and device.startswith("cuda")
@@ -425,6 +448,10 @@ def check_numerics(
             runs_reference = _bf16_rounded_runs(original, original_state, start, trial_inputs, list(written), run)
             runs_storage = _bf16_rounded_runs(
                 original, original_state, start, trial_inputs, list(written), run, mode=bf16_storage
+            )
+        elif policy == "tf32":
+            runs_reference = _bf16_rounded_runs(
+                original, original_state, start, trial_inputs, list(written), run, mode=tf32_rounding
             )
         elif (
             policy == "model"
@@ -639,13 +666,18 @@ def _bf16_rounded_runs(
 ) -> list[_Run]:
     """The original's steps on the same trials with bf16 storage emulated in float32 (``bf16_rounding``: the
     floating inputs, and the operands and results of every op autocast lowers to bf16, rounded to bf16 and back;
-    ``mode=bf16_storage``: also every tensor autocast stores in bf16 downstream of those), each from S."""
+    ``mode=bf16_storage``: also every tensor autocast stores in bf16 downstream of those), each from S.
+    ``mode=tf32_rounding``: the operands of the matmuls rounded to TF32 instead, the inputs as they are."""
     runs: list[_Run] = []
+    tf32 = mode is tf32_rounding
     try:
         for trial, fresh in enumerate(trial_inputs):
             state.restore(start)
             with _eager(), (mode or bf16_rounding)():
-                outputs = run(original, _round_to_bf16(fresh), trial, "bf16-rounded original")
+                if tf32:
+                    outputs = run(original, fresh, trial, "TF32-rounded original")
+                else:
+                    outputs = run(original, _round_to_bf16(fresh), trial, "bf16-rounded original")
             runs.append(_ReferenceRun(outputs, state.snapshot(written).values, start.values))
     finally:
         state.restore(start)
@@ -732,6 +764,79 @@ def bf16_rounding() -> Any:
             return _rounded(result)
 
     return Bf16Rounding()
+
+
+def round_to_tf32(tensor: Any) -> Any:
+    """A float32 tensor rounded to TF32 (10 mantissa bits, to nearest, ties to even) and back to float32; NaN and
+    Inf as they are. Not differentiable (``tf32_rounding`` wraps it)."""
+    import torch
+
+    bits = tensor.detach().contiguous().view(torch.int32)
+    # Add half of the dropped 13 bits' range (less one, plus the kept last bit: ties to even), then drop them.
+    rounded = ((bits + (0x0FFF + ((bits >> 13) & 1))) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(tensor), rounded, tensor.detach())
+
+
+def _tf32_autograd() -> tuple[Any, Any]:
+    """Two autograd Functions for ``tf32_rounding``: one rounds forward and passes gradients, one passes forward
+    and rounds gradients."""
+    import torch
+
+    class OperandToTf32(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, tensor):
+            return round_to_tf32(tensor)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    class GradientToTf32(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, tensor):
+            return tensor.view_as(tensor)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return round_to_tf32(grad) if grad is not None and grad.dtype == torch.float32 else grad
+
+    return OperandToTf32, GradientToTf32
+
+
+def tf32_rounding() -> Any:
+    """A ``TorchFunctionMode`` in which the ops bf16 autocast lowers (matmuls, linear layers, convolutions,
+    attention; TF32 covers the same ones) get their float32 tensor arguments rounded to TF32 and back, and the
+    gradient flowing into their result rounded the same way in backward, so that the backward matmuls multiply
+    TF32 operands too. Results stay float32: TF32 accumulates and returns float32."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    lowered = _lowered_ops()
+    operand, gradient = _tf32_autograd()
+
+    def rounded(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            return operand.apply(value)
+        if isinstance(value, (list, tuple)) and any(isinstance(item, torch.Tensor) for item in value):
+            return type(value)(rounded(item) for item in value)
+        return value
+
+    def into(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.requires_grad:
+            return gradient.apply(value)
+        return value
+
+    class Tf32Rounding(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func not in lowered:
+                return func(*args, **kwargs)
+            result = func(*[rounded(item) for item in args], **{key: rounded(v) for key, v in kwargs.items()})
+            if isinstance(result, (list, tuple)):
+                return type(result)(into(item) for item in result)
+            return into(result)
+
+    return Tf32Rounding()
 
 
 # Autocast's float32 lists (torch.amp docs, "Ops that can autocast to float32"), by function name: on a bf16 input
@@ -959,8 +1064,8 @@ def _judge(
 
     fixed_bound = max(FIXED_REL_L2.get(dtype_name or "", 1e-4), fixed_floor or 0.0)
     metric = "sqnr_db" if policy == "fp8" else ("rel_l2_vs_fp32_reference" if with_reference else "rel_l2_vs_original")
-    if policy == "bf16":
-        metric = "rel_l2_vs_bf16_rounding"
+    if policy in EMULATED:
+        metric = f"rel_l2_vs_{policy}_rounding"
     elif wide_reference:
         metric = "rel_l2_vs_fp64_reference"
     copy_name = "an fp64 copy" if wide_reference else "an fp32 copy"
@@ -1026,9 +1131,9 @@ def _judge(
             own_drift = 0.0  # the tensor's own bias: the original against float32, or the bf16-rounded run against it
             rel_bound = 0.0  # the rel-L2 this tensor may be off by, where it is judged against its own noise
             against = expected
-            if policy == "bf16":
-                # Judged against this tensor's own bf16 noise: the rel-L2 of the bf16-rounded original's runs, the
-                # larger of the two emulations (bf16_rounding, bf16_storage): a tensor that sums or cancels terms
+            if policy in EMULATED:
+                # Judged against this tensor's own bf16 (TF32) noise: the rel-L2 of the bf16-rounded original's runs,
+                # the larger of the two emulations (bf16_rounding, bf16_storage): a tensor that sums or cancels terms
                 # stored in bf16 is as far off as its terms' rounding makes it, relative to the terms' magnitude.
                 value = relative_l2(actual[finite], expected[finite])
                 own = stored = 0.0
@@ -1051,7 +1156,8 @@ def _judge(
                     # cancels to ~0, BatchNorm over 2 values), and a ratio of two noises says nothing.
                     noise_only.add(path)
                     continue
-                allowed = rel_bound = max(BF16_NOISE_FACTOR * noise_level, BF16_FLOOR, floor)
+                factor, least, _ = EMULATED[policy]
+                allowed = rel_bound = max(factor * noise_level, least, floor)
                 if worst_bf16 is None or value / allowed > worst_bf16[0]:
                     worst_bf16 = (value / allowed, value, path, allowed, own, stored)
                     worst_value, worst_path = value, path
@@ -1080,9 +1186,9 @@ def _judge(
                 value = relative_l2(actual[finite], expected[finite])
             compared += 1
             worse = worst_value is None or (value < worst_value if policy == "fp8" else value > worst_value)
-            if worse and policy != "bf16" and worst_reference is None:
+            if worse and policy not in EMULATED and worst_reference is None:
                 worst_value, worst_path = value, path
-            support = int((expected[finite] != 0).sum().item()) if policy in ("model", "bf16") else 0
+            support = int((expected[finite] != 0).sum().item()) if policy in ("model", *EMULATED) else 0
             if support >= MIN_DRIFT_ELEMENTS:
                 # With a float32 reference the scale is judged against it: the patched run may be biased against
                 # float32 up to twice as much as the original is (bf16 autocast biases an Adam second moment by
@@ -1118,8 +1224,8 @@ def _judge(
     noise_note = ""
     if noise_only:
         whose = (
-            "the bf16-rounded original's rel-L2 to the original"
-            if policy == "bf16"
+            f"the {EMULATED[policy][2]}-rounded original's rel-L2 to the original"
+            if policy in EMULATED
             else "the original's own rel-L2 to float32"
         )
         noise_note = (
@@ -1138,13 +1244,23 @@ def _judge(
     drift_note = ""
     if worst_drift is not None:
         drift_note = f"; systematic scale {worst_drift[0]:+.1e} in {worst_drift[1]} (bound +/-{worst_drift[2]:.1e})"
-    if policy == "bf16" and worst_bf16 is None:
+    if policy in EMULATED and worst_bf16 is None:
+        words = EMULATED[policy][2]
         return verdict(
             False,
-            f"every compared tensor is rounding noise in bf16 (the bf16-rounded original moves each by rel-L2 >="
-            f" {NOISE_DOMINATED_REL_L2:g}): nothing left to judge the fix by{noise_note}",
+            f"every compared tensor is rounding noise in {words} (the {words}-rounded original moves each by rel-L2"
+            f" >= {NOISE_DOMINATED_REL_L2:g}): nothing left to judge the fix by{noise_note}",
         )
-    if policy == "bf16":
+    if policy == "tf32":
+        _, worst_value, worst_path, bound, own, _ = worst_bf16
+        detail = (
+            f"rel-L2 of {worst_path} vs the original: {worst_value:.2e}; the original with TF32 rounding where TF32"
+            f" rounds (matmul and convolution operands, and the gradients into them; computed in float32) moves it"
+            f" by {own:.2e}; bound max({TF32_NOISE_FACTOR:g} x {own:.2e}, {TF32_FLOOR:.1e}) = {bound:.2e}, each"
+            f" output and state write against its own{noise_note}{drift_note}"
+        )
+        result = verdict(worst_value <= bound, detail, worst_value, bound, own)
+    elif policy == "bf16":
         _, worst_value, worst_path, bound, own, stored = worst_bf16
         level = max(own, stored)
         storage_note = (

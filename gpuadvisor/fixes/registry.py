@@ -36,14 +36,15 @@ from gpuadvisor.fixes.base import Fix, FixOutcome, NothingToApply
 
 logger = logging.getLogger(__name__)
 
-# Model-wide switches first (attention implementation, memory layout, autocast, optimizer implementation), then
+# Model-wide switches first (attention implementation, memory layout, autocast, TF32, optimizer implementation), then
 # module swaps (fusion, fp8), then what compiles or captures the result (torch.compile, the CUDA graph).
-FIX_ORDER = ("sdpa", "channels_last", "bf16", "fused_optimizer", "fusion", "fp8", "compile", "graphs")
+FIX_ORDER = ("sdpa", "channels_last", "bf16", "tf32", "fused_optimizer", "fusion", "fp8", "compile", "graphs")
 
 _REGISTRY: dict[str, str | Fix] = {
     "sdpa": "gpuadvisor.fixes.sdpa:SdpaFix",
     "channels_last": "gpuadvisor.fixes.layout:ChannelsLastFix",
     "bf16": "gpuadvisor.fixes.autocast:Bf16Fix",
+    "tf32": "gpuadvisor.fixes.tf32:Tf32Fix",
     "fused_optimizer": "gpuadvisor.fixes.optimizers:FusedOptimizerFix",
     "fusion": "gpuadvisor.fixes.fusion:FusionFix",
     "fp8": "gpuadvisor.fixes.fp8:Fp8Fix",
@@ -52,7 +53,7 @@ _REGISTRY: dict[str, str | Fix] = {
 }
 # A stage is judged by the loosest policy applied so far: once fp8 weights (or bf16 autocast) are in, a CUDA graph
 # or torch.compile of that model is held to that policy's bound, not to the original's own precision.
-LOOSEST_FIRST = ("fp8", "bf16", "model")
+LOOSEST_FIRST = ("fp8", "bf16", "tf32", "model")
 _EXTRA_ORDER: list[str] = []  # ids registered with register_fix, in registration order
 
 # progress(fix_id, stage): stage is "check", "apply", "numerics" or the final status ("applied", "refused", ...).
