@@ -156,3 +156,22 @@ def test_the_resnet_trace_counts_its_conversion_launches():
     evidence = finding["evidence"] if isinstance(finding, dict) else finding.evidence
     assert evidence["conversion_launch_calls_per_step"] == 200
     assert -2_000 < evidence["channels_last_host_us_per_step"] < -1_400
+
+
+def test_ga301_on_a_host_bound_step_saves_nothing_alone_and_its_kernel_time_beside_compile():
+    """The suite's single-image ViT on the H100: a 9,730 µs step with 1.7 ms of GPU work, where TF32 left the step
+    at 10,072 µs while GA301 claimed 2,550 µs from the kernels alone."""
+    finding = {
+        "rule_id": "GA301",
+        "fix_id": "tf32",
+        "saving_from": "kernels",
+        "message": "fp32 GEMMs.",
+        "estimated_saving_us_per_step": 2_550.0,
+        "evidence": {"gpu_saving_us": 2_550.0},
+    }
+    saving = retime_saving(finding, RULES["GA301"], 9_730.0, None, timed(host=9_600.0, launches=186.0))
+    assert saving == pytest.approx(130.0)
+    assert finding["evidence"]["expected_alone_us"] == pytest.approx(130.0)
+    assert "TF32 would bring the step to about 9,600 µs" in finding["message"]
+    finding["estimated_saving_us_per_step"] = saving
+    assert combined_saving([finding], {"tf32", "compile"}, 9_730.0) == pytest.approx(2_550.0)

@@ -26,7 +26,7 @@ traffic, which GA201 takes as its largest member's in float32, halves too: GA302
 kernels under bf16 (``FUSED_BF16_BYTES``). The optimizer's update stays float32 under autocast: where GA204 or
 GA205 measured the optimizer's kernel time, that part of the chains is left out.
 
-Host-bound steps: GA203's and GA302's savings on a timed step are capped by the host's time per step (an eager
+Host-bound steps: GA203's, GA301's and GA302's savings on a timed step are capped by the host's time per step (an eager
 step cannot go under it; rules/detectors_model.py ``host_capped_saving``), so channels_last or bf16 alone may
 save little on a step whose host is as slow as its GPU. Beside compile or graphs (``HOST_FREE_FIXES``) the
 host's time goes, and their GPU saving (``evidence["gpu_saving_us"]``) counts in full.
@@ -50,7 +50,7 @@ _BY_FAMILY_RULES = {"compile": ("GA102",)}
 GENERATED_KERNEL_RULES = frozenset({"GA201", "GA203", *_BY_FAMILY_RULES["compile"]})
 # Fixes after which the step no longer pays the host's time per step: a CUDA graph replays the launches, and
 # torch.compile's code launches fewer, larger kernels (in its CUDA-graph modes none). Savings a detector capped
-# by the host (GA203, GA302: evidence["gpu_saving_us"]) count in full beside them.
+# by the host (GA203, GA301, GA302: evidence["gpu_saving_us"]) count in full beside them.
 HOST_FREE_FIXES = frozenset({"compile", "graphs"})
 # The parts of a step a saving can come from (a finding's saving_from): GPU idle time, and kernel time.
 IDLE_SAVINGS = frozenset({"launch_idle", "sync_idle"})

@@ -140,7 +140,7 @@ DETECTORS: dict[str, DetectorEntry] = {
     "launch_bound": DetectorEntry(_CORE, "launch_bound", retime="launch_bound_timed"),
     "underfilled_kernels": DetectorEntry(_CORE, "underfilled_kernels"),
     "elementwise_chain": DetectorEntry(_CORE, "elementwise_chain"),
-    "fp32_matmul": DetectorEntry(_CORE, "fp32_matmul"),
+    "fp32_matmul": DetectorEntry(_CORE, "fp32_matmul", retime="fp32_matmul_timed"),
     "host_syncs": DetectorEntry(_CORE, "host_syncs", retime="host_syncs_timed"),
     "pageable_copies": DetectorEntry(_CORE, "pageable_copies"),
     "unfused_attention": DetectorEntry(_MODEL, "unfused_attention"),
