@@ -45,7 +45,8 @@ original and the patched step on the same inputs and compares the outputs:
   matmuls, convolutions and attention rounded to TF32's 10-bit mantissa and back, and the gradients flowing into
   them in backward too (TF32 multiplies rounded operands and accumulates and returns float32, so nothing else is
   rounded, not even the step's inputs). The patched run may be at most ``max(TF32_NOISE_FACTOR x that,
-  TF32_FLOOR)`` from the original, tensor by tensor, with the scale check on top.
+  TF32_FLOOR)`` from the original, tensor by tensor (a state write at least ``TF32_STATE_FLOOR``), with the scale
+  check on top.
 - NaN/Inf parity, always: the patched output must have NaN and +/-Inf exactly where the original has them;
   the errors are computed over the positions finite in both (and in the reference).
 
@@ -118,10 +119,16 @@ BF16_FLOOR = 2.0**-8
 # 2^-11 (10 mantissa bits, as fp16's). cuBLAS and cuDNN round TF32 operands to nearest as the emulation does
 # (H100: benchmarks/results/tf32_h100/tf32_rounding.json), so the order of the sums and which elements the
 # rounding happens to move differ from it. Measured on the H100 (torch 2.11), patched over emulated rel-L2: ViT
-# logits 0.95; convnext-tiny's training step, a LayerNorm weight's AdamW update (Adam's normalised step turns a
-# near-zero gradient's rounding into a full-size step, so its rel-L2 counts the few elements that flip) 3.17 and
-# 2.73 in two runs. bf16 autocast lands 5.8x the TF32 emulation on the small ViT (CPU), outside the bound.
-TF32_NOISE_FACTOR = 4.0
+# logits 0.95 (batch 1). bf16 autocast lands 5.8x the TF32 emulation on the small ViT (CPU), outside the bound.
+TF32_NOISE_FACTOR = 3.0
+# ... and for what the step writes into its state, at least TF32's fixed bound of the "model" policy
+# (``TF32_FIXED_REL_L2``, what a float32 fix on a TF32 GPU may already move a state write by). Why: the
+# hardware's TF32 error is not the emulation's where a sum cancels (the tensor cores accumulate in their own
+# order and rounding: -2.7e-5 bias on a 4096-long dot product against the emulation's 1e-7). On convnext-tiny's
+# AdamW training step (H100) a LayerNorm weight's update moved 3.17x, 2.73x and 6.4x the emulation's rel-L2 in
+# three runs (3.8e-3 at most), while the logits and loss stay at the emulation's. A skipped update (rel-L2 1)
+# or a 1.1x one still fail; the outputs keep the emulation's bound.
+TF32_STATE_FLOOR = TF32_FIXED_REL_L2
 TF32_FLOOR = 2.0**-11
 # Policies judged against an emulation of their own rounding, tensor by tensor: policy -> (factor, floor, words).
 EMULATED = {
@@ -1157,6 +1164,8 @@ def _judge(
                     noise_only.add(path)
                     continue
                 factor, least, _ = EMULATED[policy]
+                if policy == "tf32" and path.startswith("state "):
+                    least = TF32_STATE_FLOOR
                 allowed = rel_bound = max(factor * noise_level, least, floor)
                 if worst_bf16 is None or value / allowed > worst_bf16[0]:
                     worst_bf16 = (value / allowed, value, path, allowed, own, stored)
@@ -1256,8 +1265,9 @@ def _judge(
         detail = (
             f"rel-L2 of {worst_path} vs the original: {worst_value:.2e}; the original with TF32 rounding where TF32"
             f" rounds (matmul and convolution operands, and the gradients into them; computed in float32) moves it"
-            f" by {own:.2e}; bound max({TF32_NOISE_FACTOR:g} x {own:.2e}, {TF32_FLOOR:.1e}) = {bound:.2e}, each"
-            f" output and state write against its own{noise_note}{drift_note}"
+            f" by {own:.2e}; bound max({TF32_NOISE_FACTOR:g} x {own:.2e}, {TF32_FLOOR:.1e} for an output,"
+            f" {TF32_STATE_FLOOR:.0e} for a state write) = {bound:.2e}, each output and state write against its"
+            f" own{noise_note}{drift_note}"
         )
         result = verdict(worst_value <= bound, detail, worst_value, bound, own)
     elif policy == "bf16":
