@@ -215,6 +215,18 @@ def test_tf32_refuses_off_cuda():
     assert outcome.reason == "TF32 is a CUDA tensor-core format (the model is on cpu)"
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without CUDA")
+def test_apply_fix_tf32_on_a_cpu_is_refused_and_strict_exits_2_writing_nothing(tmp_path, cli):
+    tiny = Path(__file__).resolve().parents[1] / "examples" / "tiny_mlp.py"
+    fast = ["--warmup", "1", "--steps", "4", "--rounds", "3", "--profile-steps", "1"]
+    result = cli("apply", tiny, "--fix", "tf32", "--strict", "--out", tmp_path / "out", *fast)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "tf32" in lines[0] and "TF32 is a CUDA tensor-core format" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_tf32_refusals_on_a_gpu(monkeypatch):
     """The checks after the device's: seen as if on an H100 (the device checks read these two functions)."""
     import gpuadvisor.fixes.safety as safety
