@@ -42,3 +42,34 @@ def cli():
 def python():
     """``python(*args)`` runs ``python ARGS`` the same way (``python("-c", code)``)."""
     return lambda *args, timeout=120: _run(list(args), timeout)
+
+
+class PlantedFix:
+    """A fix built from a function (workload -> Applied), registered for one test (the ``planted`` fixture)."""
+
+    def __init__(self, fix_id: str, make, policy: str = "model"):
+        self.id, self.title, self.make, self.numerics = fix_id, fix_id, make, policy
+
+    def check(self, workload):
+        return None
+
+    def apply(self, workload):
+        return self.make(workload)
+
+
+@pytest.fixture
+def planted():
+    """``planted(fix_id, make, policy="model")`` registers a :class:`PlantedFix` for the test and returns its id; the
+    fixes are unregistered after it. A deliberately wrong variant of a fix shows what the numerics guard rejects."""
+    from gpuadvisor.fixes.registry import register_fix, unregister_fix
+
+    registered = []
+
+    def plant(fix_id: str, make, policy: str = "model") -> str:
+        register_fix(PlantedFix(fix_id, make, policy), fix_id)
+        registered.append(fix_id)
+        return fix_id
+
+    yield plant
+    for fix_id in registered:
+        unregister_fix(fix_id)

@@ -16,8 +16,8 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 from gpuadvisor.fixes import numerics  # noqa: E402
 from gpuadvisor.fixes.autocast import Bf16Fix  # noqa: E402
-from gpuadvisor.fixes.base import Applied, Fix  # noqa: E402
-from gpuadvisor.fixes.registry import apply_fixes, fix_order, register_fix, unregister_fix  # noqa: E402
+from gpuadvisor.fixes.base import Applied  # noqa: E402
+from gpuadvisor.fixes.registry import apply_fixes, fix_order  # noqa: E402
 from gpuadvisor.fixes.tf32 import Tf32Fix, tf32_allowed  # noqa: E402
 from gpuadvisor.search import candidate_stacks  # noqa: E402
 from gpuadvisor.workload import Workload  # noqa: E402
@@ -29,31 +29,6 @@ from suite_workloads import assert_same_state, load, state_values  # noqa: E402
 @pytest.fixture(autouse=True)
 def one_trial(monkeypatch):
     monkeypatch.setattr(numerics.check_numerics, "__kwdefaults__", {"trials": 1, "seed": 0})
-
-
-class Variant(Fix):
-    def __init__(self, fix_id: str, make, policy: str):
-        self.id, self.title, self.make, self.numerics = fix_id, fix_id, make, policy
-
-    def check(self, workload):
-        return None
-
-    def apply(self, workload):
-        return self.make(workload)
-
-
-@pytest.fixture
-def planted():
-    registered = []
-
-    def plant(fix_id: str, make, policy: str = "tf32") -> str:
-        register_fix(Variant(fix_id, make, policy))
-        registered.append(fix_id)
-        return fix_id
-
-    yield plant
-    for fix_id in registered:
-        unregister_fix(fix_id)
 
 
 def only(workload, fix_id):
@@ -150,7 +125,7 @@ def test_tf32_rounding_rounds_forward_operands_and_backward_gradients_but_not_re
 def test_a_truncating_tf32_passes_and_bf16_or_a_one_percent_scale_fail_on_vit(monkeypatch, planted):
     workload = load("hf_vit_infer", monkeypatch)
     before = state_values(workload)
-    _, outcome = only(workload, planted("planted_tf32_truncated", under(truncated_tf32)))
+    _, outcome = only(workload, planted("planted_tf32_truncated", under(truncated_tf32), "tf32"))
     assert outcome.status == "applied", outcome.reason
     numbers = outcome.numerics
     assert numbers["policy"] == "tf32" and numbers["metric"] == "rel_l2_vs_tf32_rounding"
@@ -158,11 +133,11 @@ def test_a_truncating_tf32_passes_and_bf16_or_a_one_percent_scale_fail_on_vit(mo
     assert "the original with TF32 rounding where TF32 rounds" in numbers["detail"]
     # bf16 autocast has 3 fewer mantissa bits: on the small ViT its logits land ~5.8x the TF32 emulation's rel-L2,
     # outside the bound of 3x it.
-    _, outcome = only(workload, planted("planted_bf16_as_tf32", lambda w: Bf16Fix().apply(w)))
+    _, outcome = only(workload, planted("planted_bf16_as_tf32", lambda w: Bf16Fix().apply(w), "tf32"))
     assert outcome.status == "rolled_back", outcome.numerics
     assert outcome.numerics["value"] > 5 * outcome.numerics["reference_error"]
     assert outcome.numerics["value"] > 1.3 * outcome.numerics["bound"]
-    _, outcome = only(workload, planted("planted_tf32_scaled", under(numerics.tf32_rounding, 1.01)))
+    _, outcome = only(workload, planted("planted_tf32_scaled", under(numerics.tf32_rounding, 1.01), "tf32"))
     assert outcome.status == "rolled_back" and "output" in outcome.reason, outcome.reason
     assert_same_state(before, workload)
 
@@ -172,10 +147,10 @@ def test_a_truncating_tf32_passes_on_a_resnet_training_step_and_a_scaled_loss_fa
     workload.step_fn()  # momentum buffers exist
     before = state_values(workload)
     linears_only = functools.partial(truncated_tf32, convolutions=False)
-    _, outcome = only(workload, planted("planted_tf32_train", under(linears_only)))
+    _, outcome = only(workload, planted("planted_tf32_train", under(linears_only), "tf32"))
     assert outcome.status == "applied", outcome.reason
     assert "compared the state the step writes too" in outcome.numerics["detail"]
-    _, outcome = only(workload, planted("planted_tf32_train_scaled", under(linears_only, 1.01)))
+    _, outcome = only(workload, planted("planted_tf32_train_scaled", under(linears_only, 1.01), "tf32"))
     assert outcome.status == "rolled_back", outcome.numerics
 
     def update_scaled(workload):
@@ -194,7 +169,7 @@ def test_a_truncating_tf32_passes_on_a_resnet_training_step_and_a_scaled_loss_fa
 
         return Applied(applied.workload.with_step(applied.workload.model, patched), ["planted"])
 
-    _, outcome = only(workload, planted("planted_tf32_update_scaled", update_scaled))
+    _, outcome = only(workload, planted("planted_tf32_update_scaled", update_scaled, "tf32"))
     assert outcome.status == "rolled_back" and "classifier" in outcome.reason, outcome.reason
     assert "1e-02 for a state write" in outcome.reason
     assert_same_state(before, workload)

@@ -16,10 +16,10 @@ from torch import nn  # noqa: E402
 
 from gpuadvisor.fixes import numerics  # noqa: E402
 from gpuadvisor.fixes.autocast import Bf16Fix  # noqa: E402
-from gpuadvisor.fixes.base import Applied, Fix  # noqa: E402
+from gpuadvisor.fixes.base import Applied  # noqa: E402
 from gpuadvisor.fixes.layout import ChannelsLastFix  # noqa: E402
 from gpuadvisor.fixes.optimizers import FusedOptimizerFix  # noqa: E402
-from gpuadvisor.fixes.registry import apply_fixes, register_fix, unregister_fix  # noqa: E402
+from gpuadvisor.fixes.registry import apply_fixes  # noqa: E402
 from gpuadvisor.fixes.sdpa import SdpaFix  # noqa: E402
 from gpuadvisor.workload import Workload  # noqa: E402
 
@@ -39,33 +39,6 @@ def only(workload: Workload, fix_id: str):
     final, outcomes = apply_fixes(workload, [fix_id])
     (outcome,) = outcomes
     return final, outcome
-
-
-class Variant(Fix):
-    """A fix built from a function (workload -> Applied), registered for one test."""
-
-    def __init__(self, fix_id: str, make, policy: str = "model"):
-        self.id, self.title, self.make, self.numerics = fix_id, fix_id, make, policy
-
-    def check(self, workload):
-        return None
-
-    def apply(self, workload):
-        return self.make(workload)
-
-
-@pytest.fixture
-def planted():
-    registered = []
-
-    def plant(fix_id: str, make, policy: str = "model") -> str:
-        register_fix(Variant(fix_id, make, policy))
-        registered.append(fix_id)
-        return fix_id
-
-    yield plant
-    for fix_id in registered:
-        unregister_fix(fix_id)
 
 
 def scaled_output(applied: Applied, factor: float) -> Applied:

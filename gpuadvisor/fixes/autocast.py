@@ -50,6 +50,14 @@ def matmul_modules(model: Any) -> list[tuple[str, Any]]:
     return found
 
 
+def count_by_class(modules: list[tuple[str, Any]]) -> str:
+    """ "12 Linear, 1 Conv2d": how many of each module class, in first-seen order."""
+    counts: dict[str, int] = {}
+    for _, module in modules:
+        counts[type(module).__name__] = counts.get(type(module).__name__, 0) + 1
+    return ", ".join(f"{count} {name}" for name, count in counts.items())
+
+
 class Bf16Fix(Fix):
     """Run the step under bf16 autocast (see the module docstring)."""
 
@@ -119,11 +127,7 @@ class Bf16Fix(Fix):
             raise NothingToApply(refusal)
         device_type = (model_device(workload.model, workload.inputs) or "cpu").split(":")[0]
         step = wrap_step(workload.step, lambda: torch.autocast(device_type=device_type, dtype=torch.bfloat16))
-        matmuls = matmul_modules(workload.model)
-        counts: dict[str, int] = {}
-        for _, module in matmuls:
-            counts[type(module).__name__] = counts.get(type(module).__name__, 0) + 1
-        listed = ", ".join(f"{count} {name}" for name, count in counts.items())
+        listed = count_by_class(matmul_modules(workload.model))
         changes = [
             f"the step runs under torch.autocast(device_type={device_type!r}, dtype=torch.bfloat16): {listed} compute"
             " in bf16",

@@ -115,12 +115,10 @@ class Tf32Fix(Fix):
     @staticmethod
     def wrapped(workload: Any, modules: list[tuple[str, Any]]) -> Applied:
         """The workload with its step run under ``tf32_allowed`` (no checks: ``apply`` checks first)."""
+        from gpuadvisor.fixes.autocast import count_by_class
         from gpuadvisor.fixes.copying import wrap_step
 
-        counts: dict[str, int] = {}
-        for _, module in modules:
-            counts[type(module).__name__] = counts.get(type(module).__name__, 0) + 1
-        listed = ", ".join(f"{count} {name}" for name, count in counts.items()) or "its float32 matmuls"
+        listed = count_by_class(modules) or "its float32 matmuls"
         changes = [
             "the step runs with torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 on (the"
             f" previous settings back after each call): {listed} multiply in TF32 on the tensor cores",
