@@ -292,9 +292,9 @@ def apply_fixes(
         str,
         typer.Option(
             "--fix",
-            help="Fix ids, comma-separated: sdpa, channels_last, bf16, fused_optimizer, fusion, fp8, compile, "
-            "graphs; or 'auto': a measured search over stacks built from the findings (and compile), keeping the "
-            "fastest that passes the numerics guard.",
+            help="Fix ids, comma-separated: sdpa, channels_last, bf16, tf32, fused_optimizer, fusion, fp8, "
+            "compile, graphs; or 'auto': a measured search over stacks built from the findings (and compile), "
+            "keeping the fastest that passes the numerics guard.",
             show_default=False,
         ),
     ],
@@ -361,6 +361,8 @@ def apply_fixes(
       channels_last: convolution models and 4-D inputs in channels_last.
       bf16: the step under torch.autocast(bfloat16), judged against the
         model's own bf16 noise.
+      tf32: float32 matmuls on the tensor cores in TF32 while the step runs
+        (CUDA, Ampere or newer), judged against the model's own TF32 rounding.
       fused_optimizer: optimizers running one parameter at a time switched to
         fused or foreach.
       fusion: swap modules for fused Triton kernels (RMSNorm, residual add + RMSNorm, SwiGLU,
