@@ -5,7 +5,7 @@ torchvision). Full size (a CUDA machine): ``ViTConfig`` at its ViT-B/16 defaults
 12 heads, MLP 3072, 16 x 16 patches of a 224 x 224 image (196 patches and a class token), and 1000
 labels: about 86.6 M parameters with random weights (seed 0), nothing downloaded. The step classifies
 one image, ``pixel_values [1, 3, 224, 224]`` in float32, in eval mode under ``torch.no_grad()``, and
-returns the logits ``[1, 1000]``.
+returns the logits ``[1, 1000]`` (``[N, 1000]`` at batch N, below).
 
 What a performance engineer would expect on an H200: batch 1 gives 197 tokens, GEMMs with M = 197 (about
 35 GFLOP per step), in fp32: PyTorch does not allow TF32 for matmuls by default, so they run as SIMT

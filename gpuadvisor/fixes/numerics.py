@@ -452,12 +452,12 @@ def check_numerics(
                 finally:
                     _release(on_cuda)
         elif policy == "bf16":
-            runs_reference = _bf16_rounded_runs(original, original_state, start, trial_inputs, list(written), run)
-            runs_storage = _bf16_rounded_runs(
+            runs_reference = _emulated_runs(original, original_state, start, trial_inputs, list(written), run)
+            runs_storage = _emulated_runs(
                 original, original_state, start, trial_inputs, list(written), run, mode=bf16_storage
             )
         elif policy == "tf32":
-            runs_reference = _bf16_rounded_runs(
+            runs_reference = _emulated_runs(
                 original, original_state, start, trial_inputs, list(written), run, mode=tf32_rounding
             )
         elif (
@@ -668,23 +668,23 @@ def _reference_runs(
     return runs
 
 
-def _bf16_rounded_runs(
+def _emulated_runs(
     original: Any, state: Any, start: Any, trial_inputs: list, written: list[str], run: Any, mode: Any = None
 ) -> list[_Run]:
-    """The original's steps on the same trials with bf16 storage emulated in float32 (``bf16_rounding``: the
-    floating inputs, and the operands and results of every op autocast lowers to bf16, rounded to bf16 and back;
-    ``mode=bf16_storage``: also every tensor autocast stores in bf16 downstream of those), each from S.
-    ``mode=tf32_rounding``: the operands of the matmuls rounded to TF32 instead, the inputs as they are."""
-    runs: list[_Run] = []
+    """The original's steps on the same trials, each from S, under an emulation of lower precision computed in
+    float32: ``bf16_rounding`` (the default: the floating inputs, and the operands and results of every op
+    autocast lowers to bf16, rounded to bf16 and back), ``bf16_storage`` (also every tensor autocast stores in
+    bf16 downstream of those) or ``tf32_rounding`` (the matmuls' operands rounded to TF32, the inputs as they
+    are: TF32 rounds nothing else)."""
+    mode = mode or bf16_rounding
     tf32 = mode is tf32_rounding
+    label = "TF32-rounded original" if tf32 else "bf16-rounded original"
+    runs: list[_Run] = []
     try:
         for trial, fresh in enumerate(trial_inputs):
             state.restore(start)
-            with _eager(), (mode or bf16_rounding)():
-                if tf32:
-                    outputs = run(original, fresh, trial, "TF32-rounded original")
-                else:
-                    outputs = run(original, _round_to_bf16(fresh), trial, "bf16-rounded original")
+            with _eager(), mode():
+                outputs = run(original, fresh if tf32 else _round_to_bf16(fresh), trial, label)
             runs.append(_ReferenceRun(outputs, state.snapshot(written).values, start.values))
     finally:
         state.restore(start)

@@ -86,12 +86,10 @@ class Tf32Fix(Fix):
                 f" torch.get_float32_matmul_precision() is {torch.get_float32_matmul_precision()!r})",
                 "nothing to do; for a further step down see the bf16 fix",
             )
-        convolution = nn.modules.conv._ConvNd
-        matmuls = [
-            (path, module) for path, module in matmul_modules(workload.model) if not isinstance(module, convolution)
-        ]
+        found = matmul_modules(workload.model)
+        matmuls = [(path, module) for path, module in found if not isinstance(module, nn.modules.conv._ConvNd)]
         if not matmuls:
-            convolutions = bool(matmul_modules(workload.model))
+            convolutions = bool(found)
             return Refusal(
                 "no Linear or attention modules with float32 weights"
                 + (
