@@ -32,8 +32,11 @@ def test_ga302_estimate_matches_the_kernel_time_autocast_took_off(name):
     fp32, bf16 = (kernel_groups(p) for p in PAIRS[name])
     measured = fp32["kernel_us_per_step"] - bf16["kernel_us_per_step"]
     assert measured > 2_000
-    # Within 15% on every layout and batch (the matmuls alone were 45-57% over in NCHW, 33-41% under in NHWC).
-    assert fp32["ga302_gpu_saving_us"] == pytest.approx(measured, rel=0.15)
+    # Within 20% on every layout and batch (the matmuls alone were 45-57% over in NCHW, 33-41% under in NHWC).
+    # NCHW b64 is the loosest, 17% under: native bf16 batch norm at the per-element rate of both H200 batches
+    # predicts 2% more time than b64 took alone (a ratio fitted to this pair's own cuDNN time was 5% under, and
+    # 33% under on the H100: test below).
+    assert fp32["ga302_gpu_saving_us"] == pytest.approx(measured, rel=0.20)
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
@@ -68,14 +71,25 @@ def test_a_transformer_step_keeps_the_matmul_only_estimate():
     )
 
 
-def test_on_the_h100_the_h200_batch_norm_ratio_over_counts_and_the_estimate_undershoots():
-    """The same b64 NCHW step profiled on an H100 (benchmarks/results/ga302_autocast/h100_*): GA302's terms are the
-    H200's, and there NCHW batch norm leaving cuDNN cost 1.25x, not 1.35x; the estimate stays under the saving.
-    The GPU named is the traces' own."""
+def test_on_the_h100_native_batch_norm_keeps_its_time_per_element_and_the_estimate_holds():
+    """The same b64 NCHW step profiled on an H100 (benchmarks/results/ga302_autocast/h100_*). cuDNN's float32 batch
+    norm is slower there (less HBM bandwidth), PyTorch's native bf16 one takes about the H200's time per element (it
+    is bound by the SMs, the same on both): the bf16 / fp32 ratio is 1.25x against the H200's 1.35x, and GA302's
+    per-element terms, measured on the H200, predict it. The GPU named is the traces' own."""
+    from gpuadvisor.pipeline import analyze_path
+
     fp32, bf16 = (kernel_groups(D / f"h100_b64_nchw_{t}.trace.json.gz") for t in ("fp32", "bf16"))
     assert "H100" in fp32["gpu"] and "H100" in bf16["gpu"]
     assert "H200" in kernel_groups(PAIRS["b64_nchw"][0])["gpu"]
     ratio = bf16["groups"]["batchnorm"]["us_per_step"] / fp32["groups"]["batchnorm"]["us_per_step"]
     assert 1.2 < ratio < 1.3
+    evidence = next(
+        f for f in analyze_path(D / "h100_b64_nchw_fp32.trace.json.gz")["findings"] if f["rule_id"] == "GA302"
+    )["evidence"]
+    # The native kernels' predicted time against what the bf16 trace measured (15,176 µs/step).
+    assert evidence["native_bf16_batchnorm_us_per_step"] == pytest.approx(
+        bf16["groups"]["batchnorm"]["us_per_step"], rel=0.05
+    )
     measured = fp32["kernel_us_per_step"] - bf16["kernel_us_per_step"]
-    assert 0.6 < fp32["ga302_gpu_saving_us"] / measured < 0.75
+    # The H200's ratio of cuDNN's time put the estimate at 0.67 of this; per element it is 0.90.
+    assert 0.85 < fp32["ga302_gpu_saving_us"] / measured < 1.0

@@ -100,6 +100,9 @@ _ATTENTION_BACKWARD = {
 # FlashAttention-2 (Dao 2023, section 3.1): the backward pass does 2.5x the forward's matmul FLOPs.
 _ATTENTION_BACKWARD_FLOP_RATIO = 2.5
 _NORMALIZATION = re.compile(r"aten::(native_|_native_|cudnn_|miopen_|_fused_)?(layer|batch|group|rms|instance)_norm")
+# FLOPs counted per element a normalization (or softmax) normalizes: mean, variance, scale, shift. Rules that need the
+# element count of a normalization kernel read it back from its FLOPs through this figure.
+NORMALIZATION_FLOPS_PER_ELEMENT = 5.0
 _SOFTMAX = re.compile(r"aten::_?(log_)?(safe_)?softmax")
 _SOFTMAX_BACKWARD = re.compile(r"aten::_(log_)?softmax_backward_data")
 _REDUCTION = re.compile(r"aten::(sum|mean|norm|amax|amin|max|min|var|std|argmax|argmin|prod|all|any|_local_scalar)")
@@ -419,7 +422,7 @@ def op_cost(
         nbytes, basis, flops = 2.0 * read, "concatenation: inputs read and written once", 0.0
     elif _NORMALIZATION.match(name) or _SOFTMAX.match(name) or _SOFTMAX_BACKWARD.match(name):
         nbytes, basis = read + first.nbytes, "normalization: all tensors read, one output written"
-        flops = 5.0 * first.numel  # mean, variance, scale, shift: a handful of FLOPs per element
+        flops = NORMALIZATION_FLOPS_PER_ELEMENT * first.numel
     elif _REDUCTION.match(name):
         nbytes, basis = read, "reduction: inputs read (output not counted)"
         flops = float(max(t.numel for t in tensors))

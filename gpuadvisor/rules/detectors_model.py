@@ -14,6 +14,7 @@ import pandas as pd
 
 from gpuadvisor.analysis.bundle import Analysis
 from gpuadvisor.analysis.linking import assign_steps, match_names, step_windows
+from gpuadvisor.analysis.op_costs import NORMALIZATION_FLOPS_PER_ELEMENT
 from gpuadvisor.analysis.operators import kernels_launched, operator_inputs, operator_parents, tensor_dims
 from gpuadvisor.analysis.roofline import LAYOUT_CONVERSION_KERNEL, two_pass_factor
 from gpuadvisor.device.peaks import peak_flops
@@ -523,7 +524,7 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
     # backward pass): host work an eager step adds (fp32_compute_timed), and a small kernel each on the GPU.
     calls, training = forward_fp32_compute_calls(a)
     casts = calls * (2 if training else 1)
-    activations = _autocast_activation_change(k, rule, a.n_steps)
+    activations = _autocast_activation_change(k, rule, a.n_steps, fp32)
     # The cast kernels' GPU time, as measured in BatchNorm nets (the rule's TOML); elsewhere it is not measured and
     # left out, as the casts fuse into their neighbours under compile (a ViT at batch 1 kept bf16 + compile).
     cast_us = casts * rule.threshold("autocast_gpu_us_per_cast") if activations["batchnorm_net"] else 0.0
@@ -567,8 +568,11 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
         + (
             f"; in a BatchNorm net the activations between the convolutions become bf16 too: its memory-bound "
             f"fp32 elementwise kernels x {rule.threshold('batchnorm_net_elementwise_saving_fraction'):.2f}, and "
-            f"cuDNN's NCHW batch-norm kernels turn into PyTorch's native bf16 ones, measured "
-            f"{rule.threshold('nchw_batchnorm_bf16_time_ratio'):.2f}x their time"
+            f"cuDNN's NCHW batch-norm kernels turn into PyTorch's native bf16 ones, which take "
+            f"{rule.threshold('native_batchnorm_forward_ps_per_element'):g} ps (forward) and "
+            f"{rule.threshold('native_batchnorm_backward_ps_per_element'):g} ps (backward) per element at "
+            f"{rule.threshold('native_batchnorm_reference_fp32_tflops'):g} fp32 TFLOP/s (measured; scaled by this "
+            f"GPU's {fp32 / 1e12:.0f})"
             if activations["batchnorm_net"]
             else ""
         )
@@ -590,11 +594,13 @@ def fp32_compute(a: Analysis, rule: Rule) -> Finding | None:
 
 # Batch-norm kernels of any backend: cuDNN's NCHW (bn_*_1C11) and NHWC (batchnorm_*_nhwc) ones, PyTorch's own.
 _BATCHNORM_KERNEL = r"(?i)\bbn_(?:fw|bw)|batchnorm|batch_norm"
+# cuDNN's NCHW batch-norm backward kernels (bn_bw_1C11_kernel_new, bn_bw_1C11_singleread).
+_BATCHNORM_BACKWARD_KERNEL = r"(?i)\bbn_bw"
 # The optimizer's fused/foreach kernels update float32 weights and state: autocast leaves them float32.
 _OPTIMIZER_KERNEL = r"(?i)multi_tensor|foreach|fused_adam|fused_sgd"
 
 
-def _autocast_activation_change(k: pd.DataFrame, rule: Rule, n_steps: int) -> dict:
+def _autocast_activation_change(k: pd.DataFrame, rule: Rule, n_steps: int, fp32_peak: float) -> dict:
     """What bf16 autocast changes beyond the matmuls in a step's kernels ``k``: the activations' dtype.
 
     In a BatchNorm net (a batch-norm kernel in the step) the tensors between the convolutions become bf16:
@@ -603,8 +609,12 @@ def _autocast_activation_change(k: pd.DataFrame, rule: Rule, n_steps: int) -> di
     keep a transformer's residual stream in float32; there the elementwise kernels count zero). So the step's
     memory-bound float32 elementwise kernels (the optimizer's excepted) move half the bytes. And PyTorch never
     sends a bf16 input to cuDNN's batch norm (``_select_batch_norm_backend``): its native kernels replace
-    cuDNN's; in NCHW they took ``nchw_batchnorm_bf16_time_ratio`` x the time of cuDNN's float32 ones, in
-    channels_last the same time (the rule's TOML gives the measurements)."""
+    cuDNN's. In channels_last they took the time of cuDNN's NHWC ones; in NCHW they take a time per element
+    that does not follow the memory bandwidth (they move ~0.5 TB/s on an H100 and an H200 alike): the forward
+    and backward kernels' elements (from their FLOPs) x the rule's picoseconds per element, scaled by the GPU's
+    fp32 CUDA-core peak against the reference GPU's (SM count x clock), minus cuDNN's float32 time. Kernels
+    without recorded shapes count ``nchw_batchnorm_bf16_time_ratio`` x their time instead (the rule's TOML gives
+    the measurements)."""
     name = k["name"]
     bn = (k["family"] == "normalization").to_numpy() & match_names(name, _BATCHNORM_KERNEL)
     out = {"batchnorm_net": bool(bn.any()), "elementwise_saving_us": 0.0, "batchnorm_cost_us": 0.0}
@@ -620,10 +630,23 @@ def _autocast_activation_change(k: pd.DataFrame, rule: Rule, n_steps: int) -> di
     nchw_bn = bn & fp32 & match_names(name, _NCHW_BATCHNORM_KERNEL)
     dur = k["dur_us"].to_numpy(float)
     fraction = rule.threshold("batchnorm_net_elementwise_saving_fraction")
-    ratio = rule.threshold("nchw_batchnorm_bf16_time_ratio")
     out["elementwise_saving_us"] = float(dur[elementwise].sum()) * fraction / n_steps
-    out["batchnorm_cost_us"] = float(dur[nchw_bn].sum()) * max(ratio - 1.0, 0.0) / n_steps
+    # PyTorch's native bf16 batch norm in NCHW: a time per element, set by the SMs (module docstring above).
+    elements = k["flops"].to_numpy(float) / NORMALIZATION_FLOPS_PER_ELEMENT
+    counted = nchw_bn & np.isfinite(elements) & (elements > 0)
+    ps_per_element = np.where(
+        match_names(name, _BATCHNORM_BACKWARD_KERNEL),
+        rule.threshold("native_batchnorm_backward_ps_per_element"),
+        rule.threshold("native_batchnorm_forward_ps_per_element"),
+    )
+    scale = rule.threshold("native_batchnorm_reference_fp32_tflops") * 1e12 / fp32_peak
+    native_us = float((elements * ps_per_element * scale)[counted].sum()) * 1e-6
+    ratio = rule.threshold("nchw_batchnorm_bf16_time_ratio")
+    uncounted_us = float(dur[nchw_bn & ~counted].sum())
+    out["batchnorm_cost_us"] = (native_us - float(dur[counted].sum()) + uncounted_us * (ratio - 1.0)) / n_steps
     out["nchw_batchnorm_us_per_step"] = float(dur[nchw_bn].sum()) / n_steps
+    out["nchw_batchnorm_elements_per_step"] = float(elements[counted].sum()) / n_steps
+    out["native_bf16_batchnorm_us_per_step"] = (native_us + uncounted_us * ratio) / n_steps
     out["activation_elementwise_us_per_step"] = float(dur[elementwise].sum()) / n_steps
     return out
 
