@@ -41,6 +41,23 @@ def test_batch_64_bf16_run_with_a_fast_host_lands_within_30_percent(rvf):
     assert entry["command"].endswith("--fix bf16 --rounds 4 --steps 10")
 
 
+def test_the_h100_bf16_run_whose_gpu_bounds_the_step_lands_within_30_percent(rvf):
+    """An H100 run (benchmarks/results/rule_vs_fix_h100/, its before trace kept as ga302_autocast/h100_b64_nchw_fp32):
+    its host enqueued the step in 18.5 ms of 37.3, so the GPU bounds it and the paired timing measured 6,247 µs.
+    GA302's terms were measured on the H200 only; counting native bf16 batch norm per element, they carry to the
+    H100 (4,310 µs, 0.69x, when batch norm counted as the H200's ratio of cuDNN's time)."""
+    report = ROOT / "benchmarks" / "results" / "rule_vs_fix_h100" / "timm_resnet50_train.bf16.report.json"
+    assert json.loads(report.read_text())["env"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    entry = rvf.from_kept(
+        "timm_resnet50_train", "GA302", "bf16", None, report, KEPT / "h100_b64_nchw_fp32.trace.json.gz"
+    )
+    assert entry["fired"] and entry["fix_status"] == "applied"
+    assert entry["host_enqueue_us"] == pytest.approx(18488.33)
+    assert entry["measured_saving_us"] == pytest.approx(6247.17, abs=0.5)
+    assert entry["estimate_judged_us"] == pytest.approx(5832.0, abs=50)
+    assert entry["within_30pct"] is True
+
+
 def test_a_kept_run_of_another_fix_is_refused(rvf):
     with pytest.raises(SystemExit, match="not an apply run of --fix bf16 alone"):
         rvf.from_kept(
