@@ -58,6 +58,30 @@ def test_the_h100_bf16_run_whose_gpu_bounds_the_step_lands_within_30_percent(rvf
     assert entry["within_30pct"] is True
 
 
+H100_RUNS = ROOT / "benchmarks" / "results" / "rule_vs_fix_h100" / "2026-12-07"
+
+
+@pytest.mark.parametrize(
+    ("model", "batch", "measured", "estimate"),
+    [
+        # a second BatchNorm net, not the one GA302's terms were measured on; the H200's ratio of cuDNN's time
+        # put it at 11,175 µs (0.64x)
+        ("hf_resnet_train", 192, 17458.07, 16038.0),
+        # its host enqueued the step in 27.5 ms of 37.2 (paired saving 6,045 µs, pooled 3,506)
+        ("timm_resnet50_train", None, 6044.99, 5826.0),
+    ],
+)
+def test_the_fresh_h100_bf16_runs_land_within_30_percent(rvf, model, batch, measured, estimate):
+    stem = f"{model}.b{batch}.bf16" if batch else f"{model}.bf16"
+    report = H100_RUNS / f"{stem}.report.json"
+    assert json.loads(report.read_text())["env"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    entry = rvf.from_kept(model, "GA302", "bf16", batch, report, H100_RUNS / f"{stem}.before_trace.json.gz")
+    assert entry["fired"] and entry["fix_status"] == "applied"
+    assert entry["measured_saving_us"] == pytest.approx(measured, abs=0.5)
+    assert entry["estimate_judged_us"] == pytest.approx(estimate, abs=50)
+    assert entry["within_30pct"] is True
+
+
 def test_a_kept_run_of_another_fix_is_refused(rvf):
     with pytest.raises(SystemExit, match="not an apply run of --fix bf16 alone"):
         rvf.from_kept(
