@@ -93,3 +93,53 @@ def test_on_the_h100_native_batch_norm_keeps_its_time_per_element_and_the_estima
     measured = fp32["kernel_us_per_step"] - bf16["kernel_us_per_step"]
     # The H200's ratio of cuDNN's time put the estimate at 0.67 of this; per element it is 0.90.
     assert 0.85 < fp32["ga302_gpu_saving_us"] / measured < 1.0
+
+
+def _batch_norm_kernels(flops: list[float]):
+    """Two of cuDNN's float32 NCHW batch-norm kernels (forward, backward) of 1 ms each, with these FLOPs."""
+    import pandas as pd
+
+    names = ["cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", "cudnn::bn_bw_1C11_kernel_new<float>"]
+    names = (names * len(flops))[: len(flops)]
+    return pd.DataFrame(
+        {
+            "name": names,
+            "family": "normalization",
+            "dtype": "float",
+            "bound": "memory",
+            "dur_us": 1000.0,
+            "flops": flops,
+        }
+    )
+
+
+def test_native_batch_norm_time_is_per_element_and_scales_with_the_sms_not_the_bandwidth():
+    """The per-element terms on a hand-built step: 100 M elements forward and backward, 1 ms of cuDNN each."""
+    from gpuadvisor.analysis.op_costs import NORMALIZATION_FLOPS_PER_ELEMENT
+    from gpuadvisor.rules.detectors_model import _autocast_activation_change
+    from gpuadvisor.rules.engine import find_rule, load_rules
+
+    rule = find_rule("GA302", load_rules())
+    fw, bw = (rule.threshold(f"native_batchnorm_{d}_ps_per_element") for d in ("forward", "backward"))
+    reference = rule.threshold("native_batchnorm_reference_fp32_tflops") * 1e12
+    k = _batch_norm_kernels([100e6 * NORMALIZATION_FLOPS_PER_ELEMENT] * 2)
+    out = _autocast_activation_change(k, rule, 1, reference)
+    assert out["nchw_batchnorm_elements_per_step"] == pytest.approx(200e6)
+    assert out["native_bf16_batchnorm_us_per_step"] == pytest.approx(100e6 * (fw + bw) * 1e-6)
+    assert out["batchnorm_cost_us"] == pytest.approx(100e6 * (fw + bw) * 1e-6 - 2000.0)
+    # twice the SMs (or clock): half the native time; cuDNN's measured time stays what the trace says
+    faster = _autocast_activation_change(k, rule, 1, 2 * reference)
+    assert faster["native_bf16_batchnorm_us_per_step"] == pytest.approx(out["native_bf16_batchnorm_us_per_step"] / 2)
+    assert faster["batchnorm_cost_us"] == pytest.approx(faster["native_bf16_batchnorm_us_per_step"] - 2000.0)
+
+
+def test_without_shapes_native_batch_norm_counts_as_the_measured_ratio_of_cudnns_time():
+    from gpuadvisor.rules.detectors_model import _autocast_activation_change
+    from gpuadvisor.rules.engine import find_rule, load_rules
+
+    rule = find_rule("GA302", load_rules())
+    ratio = rule.threshold("nchw_batchnorm_bf16_time_ratio")
+    out = _autocast_activation_change(_batch_norm_kernels([float("nan")] * 2), rule, 1, 67e12)
+    assert out["nchw_batchnorm_elements_per_step"] == 0.0
+    assert out["batchnorm_cost_us"] == pytest.approx(2000.0 * (ratio - 1.0))
+    assert out["native_bf16_batchnorm_us_per_step"] == pytest.approx(2000.0 * ratio)
