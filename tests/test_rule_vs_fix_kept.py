@@ -41,42 +41,52 @@ def test_batch_64_bf16_run_with_a_fast_host_lands_within_30_percent(rvf):
     assert entry["command"].endswith("--fix bf16 --rounds 4 --steps 10")
 
 
-def test_the_h100_bf16_run_whose_gpu_bounds_the_step_lands_within_30_percent(rvf):
-    """An H100 run (benchmarks/results/rule_vs_fix_h100/, its before trace kept as ga302_autocast/h100_b64_nchw_fp32):
-    its host enqueued the step in 18.5 ms of 37.3, so the GPU bounds it and the paired timing measured 6,247 µs.
-    GA302's terms were measured on the H200 only; counting native bf16 batch norm per element, they carry to the
-    H100 (4,310 µs, 0.69x, when batch norm counted as the H200's ratio of cuDNN's time)."""
-    report = ROOT / "benchmarks" / "results" / "rule_vs_fix_h100" / "timm_resnet50_train.bf16.report.json"
-    assert json.loads(report.read_text())["env"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    entry = rvf.from_kept(
-        "timm_resnet50_train", "GA302", "bf16", None, report, KEPT / "h100_b64_nchw_fp32.trace.json.gz"
-    )
-    assert entry["fired"] and entry["fix_status"] == "applied"
-    assert entry["host_enqueue_us"] == pytest.approx(18488.33)
-    assert entry["measured_saving_us"] == pytest.approx(6247.17, abs=0.5)
-    assert entry["estimate_judged_us"] == pytest.approx(5832.0, abs=50)
-    assert entry["within_30pct"] is True
-
-
-H100_RUNS = ROOT / "benchmarks" / "results" / "rule_vs_fix_h100" / "2026-12-07"
+H100 = ROOT / "benchmarks" / "results" / "rule_vs_fix_h100"
 
 
 @pytest.mark.parametrize(
-    ("model", "batch", "measured", "estimate"),
+    ("model", "batch", "report", "trace", "host", "measured", "estimate"),
     [
-        # a second BatchNorm net, not the one GA302's terms were measured on; the H200's ratio of cuDNN's time
-        # put it at 11,175 µs (0.64x)
-        ("hf_resnet_train", 192, 17458.07, 16038.0),
-        # its host enqueued the step in 27.5 ms of 37.2 (paired saving 6,045 µs, pooled 3,506)
-        ("timm_resnet50_train", None, 6044.99, 5826.0),
+        # 2026-12-06: its host enqueued the step in 18.5 ms of 37.3, so the GPU bounds it; GA302's terms were
+        # measured on the H200 only, and counting native bf16 batch norm per element they carry to the H100 (4,310
+        # µs, 0.69x, when batch norm counted as the H200's ratio of cuDNN's time)
+        (
+            "timm_resnet50_train",
+            None,
+            H100 / "timm_resnet50_train.bf16.report.json",
+            KEPT / "h100_b64_nchw_fp32.trace.json.gz",
+            18488.33,
+            6247.17,
+            5832.0,
+        ),
+        # 2026-12-07, a second BatchNorm net, not the one GA302's terms were measured on; the H200's ratio of
+        # cuDNN's time put it at 11,175 µs (0.64x)
+        (
+            "hf_resnet_train",
+            192,
+            H100 / "2026-12-07" / "hf_resnet_train.b192.bf16.report.json",
+            H100 / "2026-12-07" / "hf_resnet_train.b192.bf16.before_trace.json.gz",
+            24968.7,
+            17458.07,
+            16038.0,
+        ),
+        # 2026-12-07: its host enqueued the step in 27.5 ms of 37.2 (paired saving 6,045 µs, pooled 3,506)
+        (
+            "timm_resnet50_train",
+            None,
+            H100 / "2026-12-07" / "timm_resnet50_train.bf16.report.json",
+            H100 / "2026-12-07" / "timm_resnet50_train.bf16.before_trace.json.gz",
+            27502.6,
+            6044.99,
+            5826.0,
+        ),
     ],
 )
-def test_the_fresh_h100_bf16_runs_land_within_30_percent(rvf, model, batch, measured, estimate):
-    stem = f"{model}.b{batch}.bf16" if batch else f"{model}.bf16"
-    report = H100_RUNS / f"{stem}.report.json"
+def test_the_h100_bf16_runs_land_within_30_percent(rvf, model, batch, report, trace, host, measured, estimate):
     assert json.loads(report.read_text())["env"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    entry = rvf.from_kept(model, "GA302", "bf16", batch, report, H100_RUNS / f"{stem}.before_trace.json.gz")
+    entry = rvf.from_kept(model, "GA302", "bf16", batch, report, trace)
     assert entry["fired"] and entry["fix_status"] == "applied"
+    assert entry["host_enqueue_us"] == pytest.approx(host, abs=0.5)
     assert entry["measured_saving_us"] == pytest.approx(measured, abs=0.5)
     assert entry["estimate_judged_us"] == pytest.approx(estimate, abs=50)
     assert entry["within_30pct"] is True
