@@ -480,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         result["pairs"] = base.get("pairs", [])
         result["earlier_runs"] = base.get("earlier_runs", [])
         result["commands"] = [*base.get("commands", []), result["command"]]
+        for key, value in base.items():  # what the file says of itself (method, kept_files) stays
+            result.setdefault(key, value)
     for model, rule, fix, batch in pairs:
         args.apply_dir.mkdir(parents=True, exist_ok=True)
         if fix in MANUAL:

@@ -1,6 +1,6 @@
 """benchmarks/rule_vs_fix.py --from-kept: a pair built from an apply run committed under benchmarks/results/
 (timm ResNet-50 training at batch 64, ``--fix bf16``, H200), its estimate re-derived with this checkout's rules;
-and what a run's entry keeps: the earlier runs of its pair, the after side's own host time."""
+and what a run keeps: the earlier runs of its pair, the after side's own host time, the base file's own description."""
 
 from __future__ import annotations
 
@@ -174,3 +174,36 @@ def test_the_saving_judged_is_the_paired_one_where_the_run_has_it(rvf):
     assert entry["measured_saving_ci_us"] == [pytest.approx(2830.2, abs=0.1), pytest.approx(4545.5, abs=0.1)]
     assert entry["estimate_within_ci"] is True
     assert rvf.measured_saving(None, 48_000.0, paired) == (None, None)
+
+
+def test_a_run_merged_into_a_base_keeps_what_the_file_says_of_itself(rvf, tmp_path, monkeypatch):
+    """The base's own description (method, kept_files) survives a new run merged into it; the run's gpu, date
+    and command replace the base's, and the earlier run of the pair moves to earlier_runs."""
+    earlier = {"model": "m", "rule": "GA205", "fix": "fused_optimizer", "batch": None, "date": "d1"}
+    base = tmp_path / "base.json"
+    base.write_text(
+        json.dumps(
+            {
+                "gpu": "older GPU",
+                "date": "d1",
+                "command": "old",
+                "method": "paired medians, 150 rounds",
+                "kept_files": ["a.json"],
+                "pairs": [earlier],
+                "commands": ["old"],
+            }
+        )
+    )
+
+    def fake_pair(model, rule, fix, apply_dir, rounds, steps, timeout_s, batch):
+        return {"model": model, "rule": rule, "fix": fix, "batch": batch, "measured_saving_us": 1.0}
+
+    monkeypatch.setattr(rvf, "run_pair", fake_pair)
+    out = tmp_path / "out.json"
+    argv = ["--out", str(out), "--base", str(base), "--pairs", "m:GA205:fused_optimizer", "--apply-dir", str(tmp_path)]
+    assert rvf.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["method"] == "paired medians, 150 rounds" and doc["kept_files"] == ["a.json"]
+    assert doc["gpu"] != "older GPU" and doc["date"] != "d1" and doc["commands"][0] == "old"
+    assert [p["date"] for p in doc["pairs"]] == [doc["date"]]
+    assert doc["earlier_runs"] == [{**earlier, "replaced_by": doc["date"]}]
