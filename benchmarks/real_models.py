@@ -6,6 +6,9 @@ and the floor of each model, all measured in one run per model.
     python3 benchmarks/real_models.py --models timm_resnet50_train \\
         --base benchmarks/results/real_models.json --out "$OUT/real_models.json" --markdown "$OUT/real_models.md"
     python3 benchmarks/real_models.py --auto-from benchmarks/results/real_models_auto.json   # auto vs compile modes
+    python3 benchmarks/real_models.py --models timm_resnet50_train --compile-modes max-autotune \\
+        --autotune-cache benchmarks/results/auto_vs_compile/max_autotune_h100_autotune_cache.json
+        # max-autotune's operator benchmarks kept across runs: each run resumes where the last one stopped
 
 Each suite file is a model.py workload (gpuadvisor/workload.py) with a module constant ``KIND``: ``decode``,
 ``prefill``, ``train`` or ``infer``. Files whose name starts with ``_`` hold shared code, not models.
@@ -76,7 +79,8 @@ fusion_graphs_us (decode only, else null) and fusion_graphs_outcomes; speedups {
 ci_high}}; compile {mode: µs | {error}}, compile_s, compile_speedup, compile_group_eager_us,
 compile_dynamo {mode: {graphs, graph_breaks, graphs_before_timing, recompiles_while_timed}},
 compile_target, compile_numerics (with ``--compile-numerics``); inductor_cache (what Inductor's cache held
-before the compile groups: a cache an earlier run filled makes compile_s a warm-cache time); best_compile
+before the compile groups: a cache an earlier run filled makes compile_s a warm-cache time; ``seeded``
+{file, operator_inputs}: the autotuning results ``--autotune-cache`` put back first); best_compile
 {mode, us, modes_timed, modes_failed, auto_over_best_compile (auto_us over the fastest mode's median)}; auto_from (with
 ``--auto-from``: the file, date and command of the ``--auto-only`` run whose choice the auto variant
 re-applied); floor_us, floor {memory_bytes,
@@ -976,7 +980,8 @@ def measure_one(args, path: Path, kind: str | None, entry: dict, save, note) -> 
     # 3. torch.compile, one mode at a time, each timed against the same eager variant
     for field in ("compile", "compile_s", "compile_speedup", "compile_group_eager_us", "compile_dynamo"):
         entry[field] = {}
-    entry["inductor_cache"] = inductor_cache_state()
+    seeded = seed_autotune_cache(args.autotune_cache) if args.autotune_cache and not args.skip_compile else None
+    entry["inductor_cache"] = {**inductor_cache_state(), **({"seeded": seeded} if seeded else {})}
     modes = [] if args.skip_compile else args.compile_modes
     for mode in modes:
         key = f"compile_{mode}"
@@ -1061,6 +1066,107 @@ def inductor_cache_state() -> dict[str, Any]:
     }
 
 
+AUTOTUNE_CACHE_KEY = "inductor_local_caches"
+
+
+def _inductor_cache_root() -> Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / "cache"
+
+
+def _choice_tables(cache: dict[str, Any]) -> int:
+    """How many operator inputs an Inductor autotuning cache ({op: {inputs: {precision: {choice: ms}}}}) holds."""
+    return sum(len(per_op) for per_op in cache.values() if isinstance(per_op, dict))
+
+
+def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with ``new``'s leaves put in (``new`` wins where both time the same choice)."""
+    out = dict(old)
+    for key, value in new.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_autotune_cache(path: Path) -> dict[str, Any]:
+    """The autotuning caches kept in ``path`` ({system hash: {system, cache}}); {} when there is no such file."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        caches = doc[AUTOTUNE_CACHE_KEY]
+        if not isinstance(caches, dict) or not all(
+            isinstance(c, dict) and isinstance(c.get("cache"), dict) for c in caches.values()
+        ):
+            raise ValueError(f"{AUTOTUNE_CACHE_KEY} is not {{hash: {{system, cache}}}}")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"error: {path}: not an autotuning cache file ({one_line(error)})") from None
+    return caches
+
+
+def seed_autotune_cache(path: Path) -> dict[str, Any]:
+    """Put the autotuning results kept in ``path`` into Inductor's cache folder (``cache/<system hash>``, the
+    file Inductor reads before it benchmarks an operator's choices), so the operators an earlier run on the same
+    GPU, torch, Triton and CUDA already timed are not benchmarked again; what the folder holds wins. Inductor
+    reads only its own system's file: the others sit unused. Returns {file, operator_inputs} seeded."""
+    caches = read_autotune_cache(path)
+    root = _inductor_cache_root()
+    seeded = 0
+    for system_hash, kept in caches.items():
+        target = root / system_hash
+        try:
+            here = json.loads(target.read_text())["cache"] if target.is_file() else {}
+        except (OSError, ValueError, KeyError, TypeError):
+            here = {}
+        merged = _merged(kept["cache"], here)  # times as Inductor wrote them: not rounded (plain())
+        write_text_atomic(target, json.dumps({"system": kept.get("system"), "cache": merged}, indent=4))
+        seeded += _choice_tables(kept["cache"])
+    return {"file": str(path), "operator_inputs": seeded}
+
+
+def save_autotune_cache(path: Path, command: str) -> int:
+    """Merge every autotuning cache in Inductor's folder into ``path`` (what the folder holds wins), so a run
+    cut short keeps what it benchmarked for the next; returns the operator inputs the file then holds."""
+    caches = read_autotune_cache(path)
+    root = _inductor_cache_root()
+    for file in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            here = json.loads(file.read_text())
+            system, cache = here.get("system"), here["cache"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not one of Inductor's autotuning caches
+        if not isinstance(cache, dict):
+            continue
+        kept = caches.get(file.name, {})
+        caches[file.name] = {"system": system, "cache": _merged(kept.get("cache", {}), cache)}
+    if not caches:
+        return 0
+    try:
+        earlier = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        earlier = {}
+    devices = [
+        c.get("system", {}).get("device") if isinstance(c.get("system"), dict) else None for c in caches.values()
+    ]
+    names = {d.get("name") for d in devices if isinstance(d, dict)}
+    doc = {
+        "gpu": ", ".join(sorted(n for n in names if isinstance(n, str))) or None,
+        "date": utc_now(),
+        "torch": package_version("torch"),
+        "command": command,
+        "commands": [*earlier.get("commands", [earlier.get("command")] if earlier.get("command") else []), command],
+        "what": (
+            "Inductor's local autotuning caches (TORCHINDUCTOR_CACHE_DIR/cache/<system hash>), per system: "
+            "per operator and input layout, each choice's time in ms. real_models.py --autotune-cache puts them "
+            "back before compiling, so a later run skips the operators already benchmarked (its compile time "
+            "is then a warm-cache time), and merges what it benchmarked into this file after each model."
+        ),
+        AUTOTUNE_CACHE_KEY: caches,
+    }
+    write_text_atomic(path, json.dumps(doc, indent=1) + "\n")
+    return sum(_choice_tables(c["cache"]) for c in caches.values())
+
+
 def compile_numerics(eager: Any, compiled: Any, training: bool) -> str:
     """The numerics guard ("model" policy) of the compiled step against the group's eager variant: both
     have run the same step on the same inputs, which leaves an inference step's state (a KV cache written
@@ -1111,6 +1217,8 @@ def child_command(args: argparse.Namespace, name: str, json_out: Path) -> list[s
         command.append("--compile-numerics")
     if args.apply_dir is not None:
         command += ["--apply-dir", str(args.apply_dir)]
+    if args.autotune_cache is not None:
+        command += ["--autotune-cache", str(args.autotune_cache)]
     return command
 
 
@@ -1153,6 +1261,8 @@ def run_parent(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in models]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; {args.suite} has: {', '.join(models)}")
+    if args.autotune_cache is not None:
+        read_autotune_cache(args.autotune_cache)  # a file that is not one fails here, before any model runs
     base_path = args.base if args.base is not None else args.out
     base = load_results(base_path)
     run = {"date": utc_now(), "command": " ".join(["python3", *sys.argv]), "argv": list(sys.argv), "models": names}
@@ -1184,6 +1294,9 @@ def run_parent(args: argparse.Namespace) -> int:
                         child.kill()
                         child.wait()
                 entry = collect(name, models[name], json_out, status, time.perf_counter() - t0, run)
+                if args.autotune_cache is not None and not args.skip_compile:
+                    kept = save_autotune_cache(args.autotune_cache, run["command"])
+                    log(f"{args.autotune_cache}: {kept} operator input(s) of autotuning results kept")
                 entries.append(entry)
                 write_json_atomic(args.out, merge(base, entries, run))
             code = code or int(status != 0)
@@ -1360,6 +1473,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--floor-bandwidth", choices=("peaks", "copy"), default="peaks")
     parser.add_argument("--apply-dir", type=Path, help="keep each model's apply report here (default: discarded)")
     parser.add_argument("--model-timeout-s", type=float, default=0, help="kill a model's run after this (0: never)")
+    parser.add_argument(
+        "--autotune-cache",
+        type=Path,
+        help="keep Inductor's autotuning results in this JSON: put back before compiling, merged after each model "
+        "(a max-autotune compile longer than one run resumes where the last one stopped)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child: measure this model only
     parser.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
