@@ -166,24 +166,17 @@ def plain(value: Any) -> Any:
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:
-    """Write ``doc`` to a temporary file beside ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(plain(doc), indent=1, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``doc`` (floats rounded: :func:`plain`) atomically, its folder made if missing."""
+    write_text_atomic(path, json.dumps(plain(doc), indent=1, allow_nan=False) + "\n")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (gpuadvisor.outputs.write_atomic: no temporary file is left behind
+    on an error), its folder made if missing."""
+    from gpuadvisor.outputs import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def utc_now() -> str:
