@@ -1083,6 +1083,11 @@ def _merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def read_autotune_cache(path: Path) -> dict[str, Any]:
     """The autotuning caches kept in ``path`` ({system hash: {system, cache}}); {} when there is no such file."""
+    return _autotune_cache_doc(path).get(AUTOTUNE_CACHE_KEY, {})
+
+
+def _autotune_cache_doc(path: Path) -> dict[str, Any]:
+    """The whole file :func:`read_autotune_cache` reads, checked; {} when there is none."""
     if not path.is_file():
         return {}
     try:
@@ -1094,7 +1099,7 @@ def read_autotune_cache(path: Path) -> dict[str, Any]:
             raise ValueError(f"{AUTOTUNE_CACHE_KEY} is not {{hash: {{system, cache}}}}")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SystemExit(f"error: {path}: not an autotuning cache file ({one_line(error)})") from None
-    return caches
+    return doc
 
 
 def seed_autotune_cache(path: Path) -> dict[str, Any]:
@@ -1120,7 +1125,8 @@ def seed_autotune_cache(path: Path) -> dict[str, Any]:
 def save_autotune_cache(path: Path, command: str) -> int:
     """Merge every autotuning cache in Inductor's folder into ``path`` (what the folder holds wins), so a run
     cut short keeps what it benchmarked for the next; returns the operator inputs the file then holds."""
-    caches = read_autotune_cache(path)
+    earlier = _autotune_cache_doc(path)
+    caches = dict(earlier.get(AUTOTUNE_CACHE_KEY, {}))
     root = _inductor_cache_root()
     for file in sorted(root.iterdir()) if root.is_dir() else []:
         try:
@@ -1134,10 +1140,6 @@ def save_autotune_cache(path: Path, command: str) -> int:
         caches[file.name] = {"system": system, "cache": _merged(kept.get("cache", {}), cache)}
     if not caches:
         return 0
-    try:
-        earlier = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        earlier = {}
     devices = [
         c.get("system", {}).get("device") if isinstance(c.get("system"), dict) else None for c in caches.values()
     ]
