@@ -6,7 +6,9 @@ estimate from the recorded input shapes and dtypes (``record_shapes=True``), cou
 (:mod:`gpuadvisor.analysis.op_costs`; ``bytes_basis`` names the count). Bytes are always an estimate. When an
 operator launches several kernels, its FLOPs and bytes are split among them in proportion to their durations
 (FLOPs among its math kernels only); a cuDNN layout transpose whose grid names the tensor it moves
-(:func:`~gpuadvisor.analysis.op_costs.layout_transpose`) counts that tensor instead of a share.
+(:func:`~gpuadvisor.analysis.op_costs.layout_transpose`) counts that tensor instead of a share, and a foreach or
+fused-optimizer kernel (``multi_tensor_apply_kernel``), whose TensorList arguments the profiler records without
+shapes, counts the chunks its grid names (:func:`multi_tensor_bytes`, an upper bound).
 ``estimated`` marks every row whose % of roof or class rests on an estimate: FLOPs from shapes, bytes (a
 kernel under the memory roof), or the name-family fallback below.
 
@@ -118,6 +120,44 @@ _TWO_PASS_BN = (
         "cuDNN two-pass BatchNorm backward: input and grad read twice, grad input written",
     ),
 )
+# PyTorch's foreach and fused-optimizer kernels (``multi_tensor_apply_kernel<TensorListMetadata<D>, Functor<T,
+# depth, r_args_depth, res_arg_index>, ...>``) give each block one chunk of MULTI_TENSOR_CHUNK elements of every
+# list (ATen's MultiTensorApply.cuh, kChunkSize). The profiler records their TensorList inputs without shapes, so
+# the grid is the only size there is: blocks x chunk elements per list, read r_args_depth times and written once
+# (a functor that does not name its read depth, such as apex's ``AdamFunctor<float>``, whose chunk is the same
+# 2048 x 32: every list read and written). An upper bound: a tensor's last chunk is partial, so a launch over many
+# small tensors (a model's biases and norms) moves less.
+MULTI_TENSOR_CHUNK = 65536
+_MULTI_TENSOR = re.compile(r"multi_tensor_apply_kernel<[^<>]*TensorList\w*Metadata<(?:[\w:]+,\s*)?(\d+)>")
+_MULTI_TENSOR_FUNCTOR = re.compile(r"Functor<\s*([\w:]+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
+_MULTI_TENSOR_SCALAR = re.compile(r"Functor<\s*([\w:]+)\s*[,>]")
+
+
+def multi_tensor_bytes(name: str, blocks: int) -> tuple[float, str, str] | None:
+    """(bytes, dtype, basis) of a multi-tensor-apply launch from its grid and template arguments
+    (``MULTI_TENSOR_CHUNK``); None for another kernel, an unknown grid or an element type not in ITEMSIZE."""
+    found = _MULTI_TENSOR.search(name)
+    if found is None or blocks <= 0:
+        return None
+    depth = int(found.group(1))
+    functor = _MULTI_TENSOR_FUNCTOR.search(name)
+    if functor is not None:
+        dtype, accesses = functor.group(1), int(functor.group(3)) + 1
+        how = f"{int(functor.group(3))} list(s) read, 1 written"
+    else:
+        scalar = _MULTI_TENSOR_SCALAR.search(name)
+        dtype, accesses = (scalar.group(1) if scalar else None), 2 * depth
+        how = f"each of {depth} list(s) read and written"
+    itemsize = ITEMSIZE.get(dtype or "")
+    if not itemsize:
+        return None
+    basis = (
+        f"multi-tensor apply: {blocks} chunks of {MULTI_TENSOR_CHUNK} {dtype} elements per list, {how}; an upper "
+        "bound (a tensor's last chunk is partial)"
+    )
+    return float(blocks) * MULTI_TENSOR_CHUNK * itemsize * accesses, dtype, basis
+
+
 # Tensor-core kernels that take fp32 operands run them as TF32: cuBLAS and cuDNN say ``tf32`` in the name
 # (``sm90_xmma_gemm_f32f32_tf32f32_f32_...``), CUTLASS says ``tensorop`` (``cutlass_80_tensorop_s1688gemm_...``:
 # fp32 in, the 16x8x8 TF32 MMA) or names the element type (``cutlass::tfloat32_t``, ``10tfloat32_t`` where the
@@ -311,6 +351,16 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
         basis = np.where((passes != 1.0) & np.isfinite(nbytes), whys, basis).astype(object)
     dur = k["dur_us"].to_numpy(float)
     blocks = k["blocks"].to_numpy()
+    # Foreach / fused-optimizer kernels: their operator's TensorLists carry no shapes; the grid bounds the bytes.
+    multi = {}
+    nbytes, dtype, basis = np.array(nbytes, dtype=float), np.array(dtype, dtype=object), np.array(basis, dtype=object)
+    for i in np.flatnonzero(~np.isfinite(nbytes) & (blocks > 0)):
+        key = (int(name_codes[i]), int(blocks[i]))
+        if key not in multi:
+            multi[key] = multi_tensor_bytes(unique_names[key[0]], key[1])
+        if multi[key] is not None:
+            nbytes[i], dtype_i, basis[i] = multi[key]
+            dtype[i] = dtype[i] if isinstance(dtype[i], str) else dtype_i
     launch_dur = k["launch_dur_us"].to_numpy(float)
     intensity = np.divide(flops, nbytes, out=np.full(len(k), np.nan), where=nbytes > 0)
     graph = graph_replayed(k)
