@@ -98,14 +98,15 @@ class _Choice:
 
 
 def test_kept_autotuning_results_are_what_inductor_reads_instead_of_benchmarking(real_models, tmp_path, monkeypatch):
-    """--autotune-cache puts the H100 run's results where Inductor's own lookup finds them: for each of the 11
-    operator inputs it returns the kept times and never calls the benchmark."""
+    """--autotune-cache puts the H100 runs' results where Inductor's own lookup finds them: for each of the 26
+    operator inputs (two runs of 2026-12-07 added 15 to the first run's 11) it returns the kept times and never
+    calls the benchmark."""
     torch = pytest.importorskip("torch")
     from torch._inductor import codecache
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     (kept,) = json.loads(KEPT_CACHE.read_text())["inductor_local_caches"].values()
-    assert real_models.seed_autotune_cache(KEPT_CACHE) == {"file": str(KEPT_CACHE), "operator_inputs": 11}
+    assert real_models.seed_autotune_cache(KEPT_CACHE) == {"file": str(KEPT_CACHE), "operator_inputs": 26}
     monkeypatch.setattr(codecache.CacheBase, "get_system", staticmethod(lambda: kept["system"]))
     codecache.CacheBase.get_local_cache_path.cache_clear()
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
@@ -121,7 +122,7 @@ def test_kept_autotuning_results_are_what_inductor_reads_instead_of_benchmarking
                 found = codecache.PersistentCache().lookup([_Choice(k) for k in times], op, inputs, benchmark)
                 assert {c.key: ms for c, ms in found.items()} == times
                 looked_up += 1
-        assert looked_up == 11
+        assert looked_up == 26
     finally:
         codecache.CacheBase.get_local_cache_path.cache_clear()
 
@@ -134,26 +135,27 @@ def test_a_run_s_new_results_are_merged_into_the_kept_file(real_models, tmp_path
     kept_file = tmp_path / "kept.json"
     kept_file.write_text(KEPT_CACHE.read_text())
     ((system_hash, kept),) = json.loads(KEPT_CACHE.read_text())["inductor_local_caches"].items()
-    assert real_models.seed_autotune_cache(kept_file)["operator_inputs"] == 11
+    assert real_models.seed_autotune_cache(kept_file)["operator_inputs"] == 26
     folder = tmp_path / "inductor" / "cache"
     here = json.loads((folder / system_hash).read_text())
     conv_input, conv_times = next(iter(here["cache"]["convolution"].items()))
     aten = next(k for k in conv_times["highest"] if k.startswith("convolution"))
     here["cache"]["convolution"][conv_input]["highest"][aten] = 0.123
-    here["cache"]["addmm"] = {"new input": {"highest": {"addmm-x": 0.5}}}
+    here["cache"]["bmm"] = {"new input": {"highest": {"bmm-x": 0.5}}}
     (folder / system_hash).write_text(json.dumps(here))
     (folder / "another-system").write_text(json.dumps({"system": {"device": "H200"}, "cache": {"mm": {"k": {}}}}))
     (folder / "not-a-cache.lock").write_text("")
 
-    assert real_models.save_autotune_cache(kept_file, "python3 benchmarks/real_models.py ...") == 13
+    assert real_models.save_autotune_cache(kept_file, "python3 benchmarks/real_models.py ...") == 28
     saved = json.loads(kept_file.read_text())
     assert saved["gpu"] == "NVIDIA H100 80GB HBM3"
-    assert saved["commands"] == [json.loads(KEPT_CACHE.read_text())["command"], "python3 benchmarks/real_models.py ..."]
+    earlier = json.loads(KEPT_CACHE.read_text())["commands"]
+    assert len(earlier) == 3 and saved["commands"] == [*earlier, "python3 benchmarks/real_models.py ..."]
     caches = saved["inductor_local_caches"]
     assert set(caches) == {system_hash, "another-system"}
     merged = caches[system_hash]["cache"]
     assert merged["convolution"][conv_input]["highest"][aten] == 0.123
-    assert merged["addmm"] == {"new input": {"highest": {"addmm-x": 0.5}}}
+    assert merged["bmm"] == {"new input": {"highest": {"bmm-x": 0.5}}}
     assert merged["mm"] == kept["cache"]["mm"]
 
 
