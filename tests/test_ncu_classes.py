@@ -342,5 +342,10 @@ def test_multi_tensor_byte_bound_reads_depth_and_element_type_from_the_name():
     apex = "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float, adamMode_t>(int)"
     nbytes, dtype, basis = multi_tensor_bytes(apex, 2)
     assert nbytes == 2 * 65536 * 4 * 8 and "each of 4 list(s) read and written" in basis and "upper bound" in basis
+    fused = (
+        f"void {ns}multi_tensor_apply_kernel<{ns}FusedOptimizerTensorListMetadata<4>, "
+        f"{ns}FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float const*, double>()"
+    )  # fused=True AdamW (the DDP samples' optimizer): param, grad, exp_avg, exp_avg_sq
+    assert multi_tensor_bytes(fused, 320)[:2] == (320 * 65536 * 4 * 8, "float")
     assert multi_tensor_bytes(lerp, 0) is None and multi_tensor_bytes(lerp.replace("float", "mystery_t"), 4) is None
     assert multi_tensor_bytes("void at::native::vectorized_elementwise_kernel<4>()", 100) is None
