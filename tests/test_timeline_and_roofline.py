@@ -235,14 +235,18 @@ def every_report() -> dict[str, dict]:
 def test_no_kernel_row_shows_more_than_100_pct_of_roof(every_report):
     # The committed traces always; the public ones where ../shared/traces/public is there (not in every clone).
     assert len(every_report) >= (20 if PUBLIC.is_dir() else 11)
-    inconsistent = 0
+    inconsistent = bounded = 0
     for name, report in every_report.items():
         for k in report["kernels"]:
             assert k["pct_of_roof"] is None or k["pct_of_roof"] <= 100.0, (name, k["name"], k["pct_of_roof"])
             if k["roof_note"]:
                 inconsistent += 1
-                assert "estimate inconsistent" in k["roof_note"], k["roof_note"]
-    assert inconsistent > 0  # launches of L2-resident optimizer updates (the GPT-2 training trace), at least
+                if "multi_tensor_apply_kernel" in k["name"]:  # bytes bounded by the grid's chunks
+                    assert k["roof_note"].startswith("bytes upper bound above the HBM roof ("), k["roof_note"]
+                    bounded += 1
+                else:
+                    assert "estimate inconsistent" in k["roof_note"], k["roof_note"]
+    assert inconsistent > bounded > 0  # L2-resident optimizer updates (GPT-2 training), small foreach lists
 
 
 def test_decode_embedding_kv_write_and_gemv_classes(every_report):

@@ -608,6 +608,14 @@ def kernel_summary(kernels: pd.DataFrame, peaks: DevicePeaks, n_steps: int) -> p
 def _roof_note(over: int, count: int, implied_pct: float, row) -> str:
     """Why a kernel's % of roof is not shown (all its launches above the roof) or leaves some launches out."""
     what = "FLOP" if row.roof_side == "compute" else "bytes"
+    if what == "bytes" and isinstance(row.bytes_basis, str) and row.bytes_basis.startswith("multi-tensor apply:"):
+        # The grid's chunks bound the bytes (multi_tensor_bytes): past the roof, the tensors fill few of them.
+        launches = f"{over} of {count} launches" if over < count else f"{row.bytes / count / 1e6:,.3g} MB per call"
+        return (
+            f"bytes upper bound above the HBM roof ({launches}): the lists' tensors fill less of the "
+            f"{MULTI_TENSOR_CHUNK}-element chunks the grid names (small or one-element tensors, such as an "
+            "optimizer's step counts); left out of % of roof"
+        )
     if over < count:
         return f"{what} estimate inconsistent for {over} of {count} launches (above the roof): left out of % of roof"
     if what == "FLOP":
