@@ -8,7 +8,9 @@ operator launches several kernels, its FLOPs and bytes are split among them in p
 (FLOPs among its math kernels only); a cuDNN layout transpose whose grid names the tensor it moves
 (:func:`~gpuadvisor.analysis.op_costs.layout_transpose`) counts that tensor instead of a share, and a foreach or
 fused-optimizer kernel (``multi_tensor_apply_kernel``), whose TensorList arguments the profiler records without
-shapes, counts the chunks its grid names (:func:`multi_tensor_bytes`, an upper bound).
+shapes, counts the chunks its grid names (:func:`multi_tensor_bytes`, an upper bound), and cuDNN's split-K
+weight-gradient reduction counts the partial weight gradients its call's wgrad GEMM wrote, as many as that GEMM's
+grid holds tile grids (:func:`split_k_wgrad`).
 ``estimated`` marks every row whose % of roof or class rests on an estimate: FLOPs from shapes, bytes (a
 kernel under the memory roof), or the name-family fallback below.
 
@@ -54,6 +56,7 @@ from gpuadvisor.analysis.op_costs import (
     DTYPE_ORDER,
     ITEMSIZE,
     LAYOUT_TILE,
+    conv_backward_weight,
     layout_tensors,
     layout_transpose,
     op_cost,
@@ -156,6 +159,69 @@ def multi_tensor_bytes(name: str, blocks: int) -> tuple[float, str, str] | None:
         "bound (a tensor's last chunk is partial)"
     )
     return float(blocks) * MULTI_TENSOR_CHUNK * itemsize * accesses, dtype, basis
+
+
+# cuDNN's split-K weight gradient: the wgrad GEMM (``cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_
+# tn_align4>``, ``sm90_xmma_gemm_..._tilesize128x64x32_...``) splits its reduction dimension (batch x spatial) into
+# ``splits`` slices, one grid of output tiles each, and writes a partial weight gradient per slice; the reduction
+# after it in the same call (``cudnn::cnn::reduce_wgrad_nchw_helper<T, T>``, one thread per weight element) reads
+# the partials and writes the weight gradient. Its grid names the tensor (blocks x threads = the weight's elements),
+# the GEMM's names the slices: splits = GEMM blocks / (ceil(C_out / tile_m) x ceil(C_in*kh*kw / tile_n)), the tile
+# from the GEMM's name. On the H200 each of the 27 reductions of a timm ResNet-50 training step (1x1 weights,
+# 64x64 to 1024x256; 32-2048 blocks of 128 threads, one per weight element) came out at 64 splits, and (64 + 1) x
+# the weight matched the DRAM traffic Nsight Compute measured within 2.1% on every launch (68.2 MB counted, 69.5
+# measured, for a 1024x256 weight; benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz), where the share of
+# its call's bytes had given a third of that; the asymmetric tiles (128x64 for a 256x64 weight, 64x128 for 64x256)
+# fix the orientation, the other one giving half the traffic measured.
+SPLIT_K_WGRAD_REDUCE = re.compile(r"\breduce_wgrad_\w*helper<\s*([\w:]+)\s*,\s*([\w:]+)\s*>")
+# A GEMM's output tile, M x N: CUTLASS's ``_128x128_32x3_tn_`` (tile, then K-step x stages, then layouts) and
+# cuBLAS/cuDNN's ``tilesize128x64x32``.
+_GEMM_TILE = re.compile(r"_(\d+)x(\d+)_\d+x\d+_[nt]{2}_|tilesize(\d+)x(\d+)x\d+")
+
+
+def gemm_tile(name: str) -> tuple[int, int] | None:
+    """(tile_m, tile_n) of a GEMM kernel whose name spells its output tile (:data:`_GEMM_TILE`), else None."""
+    found = _GEMM_TILE.search(name)
+    if found is None:
+        return None
+    m, n = (int(v) for v in (found.group(1, 2) if found.group(1) else found.group(3, 4)))
+    return (m, n) if m > 0 and n > 0 else None
+
+
+def split_k_wgrad(
+    reduce_name: str,
+    reduce_blocks: int,
+    reduce_threads: int,
+    gemm_name: str,
+    gemm_blocks: int,
+    weight_shape: tuple[int, ...],
+) -> tuple[int, float, str] | None:
+    """(splits, bytes, basis) of cuDNN's split-K weight-gradient reduction (:data:`SPLIT_K_WGRAD_REDUCE`): the
+    wgrad GEMM ``gemm_name`` of ``gemm_blocks`` blocks wrote ``splits`` partial weight gradients of
+    ``weight_shape`` (C_out, C_in, kh, kw), the reduction reads them and writes one: (splits + 1) x the weight's
+    elements x the element size its name gives. None unless every input is known and fits: a reduction of one
+    element type, a GEMM tile in the GEMM's name, a GEMM grid that is a whole number (>= 2) of tile grids, and a
+    reduction grid of one thread per weight element."""
+    found = SPLIT_K_WGRAD_REDUCE.search(reduce_name)
+    tile = gemm_tile(gemm_name)
+    if found is None or tile is None or found.group(1) != found.group(2) or len(weight_shape) < 2:
+        return None
+    itemsize = ITEMSIZE.get(found.group(1))
+    numel = int(np.prod(weight_shape))
+    if not itemsize or numel <= 0 or gemm_blocks <= 0 or reduce_blocks <= 0 or reduce_threads <= 0:
+        return None
+    if reduce_blocks != -(-numel // reduce_threads):
+        return None
+    rows, cols = weight_shape[0], numel // weight_shape[0]
+    tiles = -(-rows // tile[0]) * -(-cols // tile[1])
+    if gemm_blocks % tiles or gemm_blocks // tiles < 2:
+        return None
+    splits = gemm_blocks // tiles
+    basis = (
+        f"split-K partial sums: {splits} splits from the wgrad grid ({gemm_blocks} blocks of {tile[0]}x{tile[1]} "
+        f"tiles over the {'x'.join(map(str, weight_shape))} weight) read, the weight gradient written"
+    )
+    return splits, float(splits + 1) * numel * itemsize, basis
 
 
 # Tensor-core kernels that take fp32 operands run them as TF32: cuBLAS and cuDNN say ``tf32`` in the name
@@ -290,6 +356,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             ]
             cost_of = {key: op_cost(key[0], d, t, key[3], c) for key, d, t, c in zip(distinct, dims, types, concretes)}
             layout_of = {key: layout_tensors(key[0], d, t, c) for key, d, t, c in zip(distinct, dims, types, concretes)}
+            weight_of = {key: conv_backward_weight(key[0], d, t) for key, d, t in zip(distinct, dims, types)}
             cost = [cost_of[key] for key in signature]
             costs = pd.DataFrame(
                 {
@@ -302,6 +369,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
                     "op_estimated": [c[3] for c in cost],
                     "op_basis": [c[4] for c in cost],
                     "op_layout": [layout_of[key] for key in signature],
+                    "op_weight": [weight_of[key] for key in signature],
                 }
             )
             merged = k[["rank", "external_id", "dur_us"]].merge(costs, on=["rank", "external_id"], how="left")
@@ -325,10 +393,21 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
                         f"{LAYOUT_TILE}x{LAYOUT_TILE}-element tiles, {100 * tile_fill[i]:.0f}% filled): read and "
                         "written once"
                     )
+            # cuDNN's split-K weight-gradient reduction counts the partial sums its call's wgrad GEMM wrote
+            # (split_k_wgrad) instead of its share. Unlike a layout transpose's, its share is not handed to the
+            # call's other kernels: the operator's count holds none of the partial sums, and the split by duration
+            # is no measure of its GEMMs' own traffic (Nsight Compute measured a dgrad GEMM under its share and the
+            # wgrad GEMM, partials written, over it), so they keep the share they had.
+            reduce_name = np.array([bool(SPLIT_K_WGRAD_REDUCE.search(n)) for n in unique_names], dtype=bool)
+            split_k = np.zeros(len(k), dtype=bool)
+            for i, moved_bytes, why in _split_k_reductions(
+                trace, k, reduce_name[name_codes], unique_names, name_codes, merged["op_weight"].to_numpy(object)
+            ):
+                own_bytes[i], own_basis[i], split_k[i] = moved_bytes, why, True
             moved = np.isfinite(own_bytes)
             keys = [merged["rank"], merged["external_id"]]
             dur_all = merged["dur_us"].to_numpy(float)
-            dur_shared = np.where(moved, 0.0, dur_all)
+            dur_shared = np.where(moved & ~split_k, 0.0, dur_all)
             math_kernel = np.isin(family.to_numpy(object), list(COMPUTE_FAMILIES))
             dur_math = np.where(math_kernel, dur_all, 0.0)
             total = pd.Series(dur_shared).groupby(keys).transform("sum").to_numpy(float)
@@ -442,6 +521,45 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             "waves": waves,
         }
     )
+
+
+def _split_k_reductions(trace: Trace, k: pd.DataFrame, is_reduce, unique_names, name_codes, weights):
+    """(row, bytes, basis) for each split-K weight-gradient reduction in ``k`` that
+    :func:`split_k_wgrad` can count: its call's weight (``weights``, per row: (shape, itemsize) or None), its
+    threads per block (the trace's launch record) and its wgrad GEMM, the call's last kernel before it whose name
+    spells a tile."""
+    blocks = k["blocks"].to_numpy()
+    ext = k["external_id"].to_numpy()
+    rows = np.flatnonzero(is_reduce & (blocks > 0) & (ext >= 0))
+    kernels = trace.kernels
+    if not len(rows) or "row" not in k or "threads_per_block" not in kernels or len(k) != len(kernels):
+        return []
+    threads = kernels["threads_per_block"].to_numpy()[k["row"].to_numpy()]
+    rank = k["rank"].to_numpy()
+    ts = k["ts_us"].to_numpy(float)
+    calls: dict = {}  # (rank, external_id) -> the call's kernels
+    wanted = {(rank[i], ext[i]) for i in rows}
+    for j in np.flatnonzero(np.isin(ext, [e for _, e in wanted])):
+        if (rank[j], ext[j]) in wanted:
+            calls.setdefault((rank[j], ext[j]), []).append(j)
+    found: dict = {}  # steps repeat the same calls: count each (reduction, GEMM, weight) once
+    out = []
+    for i in rows:
+        weight = weights[i]
+        if not isinstance(weight, tuple):
+            continue
+        before = [j for j in calls[(rank[i], ext[i])] if ts[j] < ts[i] and gemm_tile(unique_names[name_codes[j]])]
+        if not before:
+            continue
+        gemm = max(before, key=lambda j: ts[j])
+        key = (name_codes[i], int(blocks[i]), int(threads[i]), name_codes[gemm], int(blocks[gemm]), weight[0])
+        if key not in found:
+            found[key] = split_k_wgrad(
+                unique_names[key[0]], key[1], key[2], unique_names[key[3]], key[4], tuple(weight[0])
+            )
+        if found[key] is not None:
+            out.append((i, *found[key][1:]))
+    return out
 
 
 def resident_blocks(
