@@ -182,6 +182,30 @@ def test_convolution_backward_reads_the_output_grad_once_per_gradient_kernel():
     assert "dgrad and the wgrad" in cost.basis
 
 
+def test_convolution_backward_counts_only_the_gradients_its_output_mask_asks_for():
+    """A network's first convolution has no grad input (output_mask "[False, True, False]", as the ResNet-50
+    step's stem records it) and a frozen layer no grad weight: one GEMM's FLOPs, not two; the mask's text is
+    argument 10 of the call's Concrete Inputs."""
+    dy, x, w = [64, 64, 112, 112], [64, 3, 224, 224], [64, 3, 7, 7]
+    types = ["float"] * 3
+    concrete = ["", "", "", "[0]", "[2, 2]", "[3, 3]", "[1, 1]", "False", "[0, 0]", "1"]
+    both = op_cost("aten::convolution_backward", [dy, x, w], types, 0.0, [*concrete, "[True, True, False]"])
+    stem = op_cost("aten::convolution_backward", [dy, x, w], types, 0.0, [*concrete, "[False, True, False]"])
+    frozen = op_cost("aten::convolution_backward", [dy, x, w], types, 0.0, [*concrete, "[True, False, False]"])
+    gemm = 2.0 * 64 * 64 * 112 * 112 * 3 * 7 * 7
+    assert both.flops == 2 * gemm and stem.flops == gemm and frozen.flops == gemm
+    moved = (64 * 64 * 112 * 112 + 64 * 3 * 224 * 224 + 64 * 3 * 7 * 7) * 4
+    assert stem.bytes == frozen.bytes == moved < both.bytes
+    assert "grad weight only (output_mask)" in stem.basis and "grad input only (output_mask)" in frozen.basis
+    # no mask recorded, or a mask that is not one: both gradients, as before
+    for tail in ([], ["nonsense"], ["[False, False, True]"]):
+        assert op_cost("aten::convolution_backward", [dy, x, w], types, 0.0, [*concrete, *tail]).flops == 2 * gemm
+    trace = load_trace(ROOT / "sample_traces" / "real" / "timm_resnet50_train.json.gz")
+    k = analyze_trace(trace, lookup_peaks(trace.device, None)).kernels
+    stem_grad = k[k["bytes_basis"].astype(str).str.contains("grad weight only", regex=False)]
+    assert len(stem_grad) == 2 * 3 and stem_grad["flops"].max() == pytest.approx(gemm)
+
+
 def test_a_strided_convolution_counts_its_output_from_the_recorded_stride():
     """ResNet-50's stem (a 7x7 convolution, stride 2, padding 3, as the profiler's Concrete Inputs record them):
     a 112x112 output, not a 224x224 one; without the record, stride 1 is assumed and said."""

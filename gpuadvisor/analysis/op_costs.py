@@ -286,12 +286,44 @@ def conv_output_spatial(name: str, x_shape: list, w_shape: list, concrete: list 
     return out if min(out) >= 1 else None
 
 
+# aten::convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+# output_padding, groups, output_mask): its Concrete Inputs keep the output mask (grad_input, grad_weight,
+# grad_bias) as text, "[True, True, False]".
+_CONV_BACKWARD_MASK_AT = 10
+_OUTPUT_MASK = re.compile(r"\[\s*(True|False)\s*,\s*(True|False)\s*(,\s*(True|False)\s*)?\]")
+
+
+def conv_backward_mask(name: str, concrete: list | None) -> tuple[bool, bool] | None:
+    """(grad_input, grad_weight): which gradients a convolution backward call computes, from the output_mask its
+    Concrete Inputs record (a network's first convolution has no grad_input: "[False, True, False]"; a frozen
+    layer's weight no grad_weight); None for other operators or where it is not recorded."""
+    if name not in _CONV_BACKWARD or not isinstance(concrete, list) or len(concrete) <= _CONV_BACKWARD_MASK_AT:
+        return None
+    mask = concrete[_CONV_BACKWARD_MASK_AT]
+    found = _OUTPUT_MASK.fullmatch(mask.strip()) if isinstance(mask, str) else None
+    return (found.group(1) == "True", found.group(2) == "True") if found else None
+
+
 def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[float, float, str] | None:
     if name in _CONV_BACKWARD:
         grad_out, x, w = (_arg(args, i) for i in range(3))
         if not (grad_out and x and w) or len(w.shape) < 3:
             return None
         per_output = _numel(w.shape[1:]) or 0
+        mask = conv_backward_mask(name, concrete)
+        if mask is not None and mask != (True, True) and any(mask):
+            # One gradient computed: one GEMM as large as forward, grad read once; dgrad reads the weight and
+            # writes grad input, wgrad reads the input and writes grad weight (both move the same three sizes).
+            which = (
+                "grad input only (output_mask): grad and weight read, grad input written"
+                if mask[0]
+                else "grad weight only (output_mask): grad and input read, grad weight written"
+            )
+            return (
+                2.0 * grad_out.numel * per_output,
+                float(grad_out.nbytes + x.nbytes + w.nbytes),
+                f"convolution backward, {which}",
+            )
         flops = 2 * 2.0 * grad_out.numel * per_output  # grad input and grad weight, each a GEMM as large as forward
         read = 2 * grad_out.nbytes + x.nbytes + w.nbytes  # dgrad and wgrad kernels each read the output's grad
         return (
