@@ -376,16 +376,16 @@ def layout_tensors(
     return tuple(dict.fromkeys(out))
 
 
-def conv_backward_weight(name: str, dims: list | None, types: list | None) -> tuple[tuple[int, ...], int] | None:
-    """(shape, itemsize) of a convolution backward call's weight (its third argument: grad_output, input,
-    weight, ...), the tensor its weight-gradient kernels write; None for other operators or without shapes."""
+def conv_backward_weight(name: str, dims: list | None, types: list | None) -> tuple[int, ...] | None:
+    """The shape of a convolution backward call's weight (its third argument: grad_output, input, weight, ...),
+    the tensor its weight-gradient kernels write; None for other operators or without shapes."""
     if name not in _CONV_BACKWARD or not isinstance(dims, list) or not isinstance(types, list):
         return None
     args = _arguments(dims, types)
     weight = _arg(args, 2)
     if weight is None or len(weight.shape) < 2 or not weight.numel:
         return None
-    return tuple(weight.shape), weight.itemsize
+    return tuple(weight.shape)
 
 
 def layout_tiles(shape: tuple[int, ...]) -> int:

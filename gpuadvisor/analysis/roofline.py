@@ -525,7 +525,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
 
 def _split_k_reductions(trace: Trace, k: pd.DataFrame, is_reduce, unique_names, name_codes, weights):
     """(row, bytes, basis) for each split-K weight-gradient reduction in ``k`` that
-    :func:`split_k_wgrad` can count: its call's weight (``weights``, per row: (shape, itemsize) or None), its
+    :func:`split_k_wgrad` can count: its call's weight (``weights``, per row: its shape or None), its
     threads per block (the trace's launch record) and its wgrad GEMM, the call's last kernel before it whose name
     spells a tile."""
     blocks = k["blocks"].to_numpy()
@@ -552,11 +552,9 @@ def _split_k_reductions(trace: Trace, k: pd.DataFrame, is_reduce, unique_names, 
         if not before:
             continue
         gemm = max(before, key=lambda j: ts[j])
-        key = (name_codes[i], int(blocks[i]), int(threads[i]), name_codes[gemm], int(blocks[gemm]), weight[0])
+        key = (name_codes[i], int(blocks[i]), int(threads[i]), name_codes[gemm], int(blocks[gemm]), weight)
         if key not in found:
-            found[key] = split_k_wgrad(
-                unique_names[key[0]], key[1], key[2], unique_names[key[3]], key[4], tuple(weight[0])
-            )
+            found[key] = split_k_wgrad(unique_names[key[0]], key[1], key[2], unique_names[key[3]], key[4], weight)
         if found[key] is not None:
             out.append((i, *found[key][1:]))
     return out
