@@ -93,6 +93,7 @@ def benchmark_pairs(path: Path, auto_fixes: dict[str, list[str]]) -> tuple[list[
                         "kind": "benchmark",
                         "file": _relative(path),
                         "date": entry.get("date"),
+                        "gpu": doc.get("gpu"),
                         "auto_variant": variant,
                         "auto_fixes": entry.get("auto_fixes_timed") or auto_fixes.get(name),
                         "auto_us": auto_us,
@@ -221,6 +222,11 @@ def _missing_cell(mode: str, attempts: list[str]) -> str:
     return f"{mode} ({'; '.join(why)})" if why else mode
 
 
+def _gpu_tag(gpu: str | None) -> str:
+    """``, H100`` for a pair timed on an H100 (the table's runs are the H200's unless a cell says so)."""
+    return ", H100" if isinstance(gpu, str) and "H100" in gpu else ""
+
+
 def markdown(doc: dict[str, Any]) -> str:
     lines = [
         "| model | auto fixes | auto / default | auto / reduce-overhead | auto / max-autotune | worst | not measured "
@@ -232,7 +238,11 @@ def markdown(doc: dict[str, Any]) -> str:
         for mode in MODES:
             pairs = [p for p in row["benchmark_pairs"] if p["mode"] == mode]
             cells.append(
-                ", ".join(f"{p['ratio']:.3f} ({p['auto_us']:,.0f} / {p['compile_us']:,.0f})" for p in pairs) or "-"
+                ", ".join(
+                    f"{p['ratio']:.3f} ({p['auto_us']:,.0f} / {p['compile_us']:,.0f}{_gpu_tag(p.get('gpu'))})"
+                    for p in pairs
+                )
+                or "-"
             )
         worst = row["worst_benchmark_ratio"]
         missing = ", ".join(_missing_cell(mode, why) for mode, why in row["modes_missing"].items()) or "none"

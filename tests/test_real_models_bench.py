@@ -150,7 +150,7 @@ def test_a_run_s_new_results_are_merged_into_the_kept_file(real_models, tmp_path
     saved = json.loads(kept_file.read_text())
     assert saved["gpu"] == "NVIDIA H100 80GB HBM3"
     earlier = json.loads(KEPT_CACHE.read_text())["commands"]
-    assert len(earlier) == 3 and saved["commands"] == [*earlier, "python3 benchmarks/real_models.py ..."]
+    assert len(earlier) == 4 and saved["commands"] == [*earlier, "python3 benchmarks/real_models.py ..."]
     caches = saved["inductor_local_caches"]
     assert set(caches) == {system_hash, "another-system"}
     merged = caches[system_hash]["cache"]
