@@ -253,6 +253,10 @@ def run_apply(
             measured = measure_sides(
                 {"before": run_before, "after": run_after}, steps, rounds, cuda, sampler, display, label
             )
+            if cuda:  # GA301's estimate on the before side: what TF32 adds to the host's time per step
+                from gpuadvisor.profile import tf32_host_extra
+
+                measured["before"].host_tf32_extra_us = tf32_host_extra(workload, run_before, rounds * steps, display)
 
             after_trace = None
             if profile_after:
@@ -414,6 +418,7 @@ class SideMeasurement:
     summary: dict[str, Any] | None = None  # the side's report summary, filled after the analysis
     optimizer_step_us: list[float] = field(default_factory=list)  # host time in optimizer.step() per step
     host_us: list[float] = field(default_factory=list)  # host time of a step started with the GPU idle
+    host_tf32_extra_us: list[float] = field(default_factory=list)  # what TF32 adds to it (profile.tf32_host_extra)
 
     def add_block(self, times: StepTimes, energy_mj: float | None, allocated: int | None, reserved: int | None):
         from gpuadvisor.stats import percentile
@@ -442,7 +447,14 @@ class SideMeasurement:
             f"{source}, {rounds} interleaved rounds x {per_block} steps ({len(self.samples_us)} steps), "
             "no profiler" + ("" if "CPU" not in source else ", no CUDA")
         )
-        return StepTimes(list(self.samples_us), text, self.wall_s, list(self.optimizer_step_us), list(self.host_us))
+        return StepTimes(
+            list(self.samples_us),
+            text,
+            self.wall_s,
+            list(self.optimizer_step_us),
+            list(self.host_us),
+            list(self.host_tf32_extra_us),
+        )
 
     def energy_not_measured(self) -> str | None:
         """Why this side has no energy figure (its blocks span less than one update of NVML's energy counter,

@@ -187,6 +187,8 @@ def run_profile(
         cuda = torch.cuda.is_available()
         run_step = step_runner(workload.step_fn)
         measured = measure(run_step, label, cuda, warmup, timed_steps, nvml, display, min_time_s=min_time_s)
+        if cuda:
+            measured.times.host_tf32_extra_us = tf32_host_extra(workload, run_step, timed_steps + HOST_PROBES, display)
         if memory and cuda:
             from gpuadvisor.capture.memory_run import snapshot_steps
 
@@ -312,6 +314,33 @@ def measure(
         else {}
     )
     return Measured(times, sampler, nvml_summary, nvml_reason, memory, allocator=allocator)
+
+
+def tf32_host_extra(workload, run_step: StepRunner, first_index: int, display: ProgressDisplay) -> list[float]:
+    """Where the tf32 fix would apply (its own check: a CUDA GPU with TF32 tensor cores, float32 matmuls not yet
+    in TF32, float32 Linear or attention weights), what TF32 adds to the host's time per step, µs per pair of
+    probes; empty where it would not. GA301's estimate on a host-bound step needs it. The tf32 fix's own context
+    (:func:`gpuadvisor.fixes.tf32.tf32_allowed`) around ``HOST_PROBES`` probes, paired with as many without it
+    (:func:`gpuadvisor.capture.timing.probe_host_paired`). Why: on the H100 the suite's single-image float32 ViT
+    step (GPU busy 18%) took 370 µs more of the host's time per step with TF32 on (7,790 -> 8,160 µs,
+    benchmarks/results/tf32_h100/rvf_vit_tf32.json), and the step got slower while its kernels took 2.5 ms less."""
+    from gpuadvisor.capture import timing
+    from gpuadvisor.fixes.tf32 import Tf32Fix, tf32_allowed
+
+    try:
+        refusal = Tf32Fix().check(workload)
+    except Exception:  # the check reads the user's modules; a model it cannot read gets no probe
+        return []
+    if refusal is not None:
+        return []
+    total = first_index + 1 + 2 * HOST_PROBES
+    display.phase("timing (host, TF32)", 1 + 2 * HOST_PROBES)
+
+    def run(index: int) -> None:
+        run_step("timing (host, TF32)", index, total)
+        display.advance()
+
+    return timing.probe_host_paired(run, tf32_allowed, first_index, HOST_PROBES)
 
 
 def timed_step_count(timed_steps: int, per_step_s: float | None, min_time_s: float) -> int:

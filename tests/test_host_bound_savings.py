@@ -175,3 +175,41 @@ def test_ga301_on_a_host_bound_step_saves_nothing_alone_and_its_kernel_time_besi
     assert "TF32 would bring the step to about 9,600 µs" in finding["message"]
     finding["estimated_saving_us_per_step"] = saving
     assert combined_saving([finding], {"tf32", "compile"}, 9_730.0) == pytest.approx(2_550.0)
+
+
+def test_ga301_counts_what_tf32_adds_to_the_host_where_the_profile_timed_it():
+    """The single-image ViT on the H100 (benchmarks/results/tf32_h100/rvf_vit_tf32_probe.json): an 8,302 µs step,
+    8,408 µs of host time from the probes, 2,542 µs of kernel time TF32 takes off, and 348 µs more host time per
+    step with TF32 on (the paired probes); the step went 310-346 µs slower (8,648 µs). Without the probe's figure
+    GA301 expects no change: the step is the host's time either way."""
+
+    def finding() -> dict:
+        return {
+            "rule_id": "GA301",
+            "fix_id": "tf32",
+            "saving_from": "kernels",
+            "message": "fp32 GEMMs.",
+            "estimated_saving_us_per_step": 2_542.0,
+            "evidence": {"gpu_saving_us": 2_542.0},
+        }
+
+    plain = finding()
+    retime_saving(plain, RULES["GA301"], 8_302.0, None, timed(host=8_408.0, launches=186.0))
+    # the probe (from an idle GPU) reads more than the step itself: the host's time per step is the step's
+    assert plain["evidence"]["expected_alone_us"] == pytest.approx(0.0)
+    assert plain["evidence"]["host_enqueue_us"] == 8_408.0 and plain["evidence"]["host_after_fix_us"] == 8_302.0
+    assert "tf32_host_extra_us" not in plain["evidence"]
+
+    probed = finding()
+    summary = {**timed(host=8_408.0, launches=186.0), "tf32_host_extra_us": 348.0}
+    saving = retime_saving(probed, RULES["GA301"], 8_302.0, None, summary)
+    assert saving == 0.0
+    assert probed["evidence"]["expected_alone_us"] == pytest.approx(-348.0)
+    assert probed["evidence"]["host_after_fix_us"] == pytest.approx(8_650.0)  # measured after: 8,648 µs
+    assert probed["evidence"]["tf32_host_extra_us"] == 348.0
+    assert "+348 µs for TF32's own host time" in probed["message"] and "slower" in probed["message"]
+
+    # A GPU-bound step: the host's extra time changes nothing.
+    busy = finding()
+    saving = retime_saving(busy, RULES["GA301"], 30_000.0, None, {**summary, "host_enqueue_us": 9_000.0})
+    assert saving == pytest.approx(2_542.0)

@@ -549,3 +549,66 @@ def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
         with sampling_while_timing(sampler, "m.py", cuda=True):
             raise RuntimeError("not ours")
     assert sampler.stopped == 2
+
+
+def test_paired_host_probes_alternate_and_time_what_the_context_adds(monkeypatch):
+    """probe_host_paired: one unrecorded call inside the context, then pairs in alternating order; each pair's
+    difference is the context's cost (here 3 ms of sleep against none)."""
+    import contextlib
+    import time
+
+    import torch
+
+    from gpuadvisor.capture.timing import probe_host_paired
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    inside = []
+    calls = []
+
+    @contextlib.contextmanager
+    def wrap():
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    def run_step(index):
+        calls.append((index, bool(inside)))
+        if inside:
+            time.sleep(0.003)
+
+    extra = probe_host_paired(run_step, wrap, 40, 3)
+    assert [c[0] for c in calls] == list(range(40, 47))
+    assert [c[1] for c in calls] == [True, False, True, True, False, False, True]  # warm-up, then alternating
+    assert len(extra) == 3 and all(2_500 < x < 50_000 for x in extra)
+
+
+def test_tf32_host_probe_runs_only_where_the_tf32_fix_would_apply(monkeypatch):
+    from gpuadvisor import profile as profile_module
+    from gpuadvisor.capture import timing as timing_module
+    from gpuadvisor.fixes import tf32 as tf32_module
+    from gpuadvisor.fixes.base import Refusal
+    from gpuadvisor.profile import tf32_host_extra
+    from gpuadvisor.progress import ProgressDisplay
+
+    seen = []
+
+    def fake_paired(run_step, wrap, first_index, pairs):
+        seen.append((first_index, pairs, wrap))
+        return [380.0, 360.0, 370.0, 900.0, 365.0]
+
+    monkeypatch.setattr(timing_module, "probe_host_paired", fake_paired)
+    with ProgressDisplay(False) as display:
+        monkeypatch.setattr(tf32_module.Tf32Fix, "check", lambda self, w: Refusal("no float32 matmuls", "nothing"))
+        assert tf32_host_extra(object(), lambda *a: None, 35, display) == []
+        assert seen == []
+        monkeypatch.setattr(tf32_module.Tf32Fix, "check", lambda self, w: None)
+        extra = tf32_host_extra(object(), lambda *a: None, 35, display)
+    assert seen == [(35, profile_module.HOST_PROBES, tf32_module.tf32_allowed)]
+    times = StepTimes([7_756.0], "stub", 0.0, host_us=[7_790.0], host_tf32_extra_us=extra)
+    assert times.host_tf32_extra_median_us == 370.0  # the median: one slow pair does not move it
+    from gpuadvisor.report.profiled import timed_summary
+
+    facts = RunFacts(Path("m.py"), Path("out"), times, None, None, "off", {}, 1)
+    assert timed_summary(facts)["tf32_host_extra_us"] == 370.0

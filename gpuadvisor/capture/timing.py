@@ -57,10 +57,17 @@ class StepTimes:
     # Host wall time of one step started with the GPU idle (µs per probe; see the module docstring); empty when
     # no probe ran (the CPU, or host_probes=0).
     host_us: list[float] = field(default_factory=list)
+    # What TF32 adds to that host time (µs per pair of probes, :func:`probe_host_paired`): the tf32 fix's own
+    # context around the step against the step as it is; empty when not probed.
+    host_tf32_extra_us: list[float] = field(default_factory=list)
 
     @property
     def host_median_us(self) -> float | None:
         return percentile(self.host_us, 50) if self.host_us else None
+
+    @property
+    def host_tf32_extra_median_us(self) -> float | None:
+        return percentile(self.host_tf32_extra_us, 50) if self.host_tf32_extra_us else None
 
     @property
     def optimizer_step_median_us(self) -> float | None:
@@ -176,6 +183,39 @@ def probe_host(run_step: Callable[[int], Any], first_index: int, probes: int) ->
         samples.append((time.perf_counter() - start) * 1e6)
     torch.cuda.synchronize()
     return samples
+
+
+def probe_host_paired(
+    run_step: Callable[[int], Any], wrap: Callable[[], Any], first_index: int, pairs: int
+) -> list[float]:
+    """What running the step inside ``wrap()`` (a context manager factory) adds to the host's time per step, µs
+    per pair: one unrecorded call inside it first (a setting that changes cuBLAS's or cuDNN's choices pays their
+    first-call heuristics and autotuning once), then ``pairs`` pairs of :func:`probe_host` probes, one inside
+    ``wrap()`` and one without, the order alternating so that a slow stretch of the host's clock falls on both
+    sides alike. CUDA only."""
+    import torch
+
+    index = first_index
+    with wrap():
+        run_step(index)
+    index += 1
+    torch.cuda.synchronize()
+    extra = []
+    for k in range(pairs):
+        timed = {}
+        for wrapped in (False, True) if k % 2 == 0 else (True, False):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            if wrapped:
+                with wrap():
+                    run_step(index)
+            else:
+                run_step(index)
+            timed[wrapped] = (time.perf_counter() - start) * 1e6
+            index += 1
+        extra.append(timed[True] - timed[False])
+    torch.cuda.synchronize()
+    return extra
 
 
 def _time_cuda(run_step: Callable[[int], Any], steps: int, on_step: Callable[[], None] | None) -> StepTimes:

@@ -164,6 +164,7 @@ def timed_summary(facts: RunFacts) -> dict[str, Any]:
         "timing_wall_s": finite_round(times.wall_s, 3),
         "optimizer_step_host_us": finite_round(times.optimizer_step_median_us),
         "host_enqueue_us": finite_round(times.host_median_us),
+        "tf32_host_extra_us": finite_round(times.host_tf32_extra_median_us),
         "tokens_per_s": finite_round(facts.tokens_per_step * 1e6 / median, 1)
         if facts.tokens_per_step and median
         else None,
