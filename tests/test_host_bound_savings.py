@@ -213,3 +213,14 @@ def test_ga301_counts_what_tf32_adds_to_the_host_where_the_profile_timed_it():
     busy = finding()
     saving = retime_saving(busy, RULES["GA301"], 30_000.0, None, {**summary, "host_enqueue_us": 9_000.0})
     assert saving == pytest.approx(2_542.0)
+
+
+def test_the_apply_report_keeps_the_before_side_s_tf32_host_figure():
+    """rule_vs_fix.py and a reader of a kept apply run re-derive GA301 from the before side's figures."""
+    from gpuadvisor.apply import SideMeasurement
+    from gpuadvisor.report.apply_report import _side_section
+
+    side = SideMeasurement("before", samples_us=[8_162.0], round_medians_us=[8_162.0])
+    side.summary = {"step_time_us": 8_162.0, "host_enqueue_us": 8_156.4, "tf32_host_extra_us": 385.7}
+    section = _side_section(side, None, None)
+    assert section["host_enqueue_us"] == 8_156.4 and section["tf32_host_extra_us"] == 385.7

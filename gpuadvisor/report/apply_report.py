@@ -38,6 +38,7 @@ _SIDE_SUMMARY_KEYS = (
     "gpu_busy_us",
     "gpu_busy_pct",
     "host_enqueue_us",
+    "tf32_host_extra_us",
     "optimizer_step_host_us",
     "energy_j_per_step",
     "energy_source",

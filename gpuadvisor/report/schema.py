@@ -346,6 +346,7 @@ class Side(_Section):
     gpu_busy_us: Union[Number, UnsetType] = UNSET
     gpu_busy_pct: Union[Number, UnsetType] = UNSET
     host_enqueue_us: Union[Number, None, UnsetType] = UNSET
+    tf32_host_extra_us: Union[Number, None, UnsetType] = UNSET
     optimizer_step_host_us: Union[Number, None, UnsetType] = UNSET
     energy_j_per_step: Union[Number, UnsetType] = UNSET
     energy_source: Union[Text, UnsetType] = UNSET
