@@ -333,8 +333,8 @@ def tf32_host_extra(workload, run_step: StepRunner, first_index: int, display: P
         return []
     if refusal is not None:
         return []
-    total = first_index + 1 + 2 * HOST_PROBES
-    display.phase("timing (host, TF32)", 1 + 2 * HOST_PROBES)
+    total = first_index + 4 * HOST_PROBES
+    display.phase("timing (host, TF32)", 4 * HOST_PROBES)
 
     def run(index: int) -> None:
         run_step("timing (host, TF32)", index, total)

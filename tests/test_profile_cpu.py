@@ -552,8 +552,8 @@ def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
 
 
 def test_paired_host_probes_alternate_and_time_what_the_context_adds(monkeypatch):
-    """probe_host_paired: one unrecorded call inside the context, then pairs in alternating order; each pair's
-    difference is the context's cost (here 3 ms of sleep against none)."""
+    """probe_host_paired: pairs in alternating order, each probe after an untimed call in its own setting; each
+    pair's difference is the context's cost (here 3 ms of sleep against none)."""
     import contextlib
     import time
 
@@ -579,8 +579,9 @@ def test_paired_host_probes_alternate_and_time_what_the_context_adds(monkeypatch
             time.sleep(0.003)
 
     extra = probe_host_paired(run_step, wrap, 40, 3)
-    assert [c[0] for c in calls] == list(range(40, 47))
-    assert [c[1] for c in calls] == [True, False, True, True, False, False, True]  # warm-up, then alternating
+    assert [c[0] for c in calls] == list(range(40, 52))
+    # off, off, on, on | on, on, off, off | off, off, on, on: no timed call is the first after a switch
+    assert [c[1] for c in calls] == [False, False, True, True, True, True, False, False, False, False, True, True]
     assert len(extra) == 3 and all(2_500 < x < 50_000 for x in extra)
 
 

@@ -189,30 +189,29 @@ def probe_host_paired(
     run_step: Callable[[int], Any], wrap: Callable[[], Any], first_index: int, pairs: int
 ) -> list[float]:
     """What running the step inside ``wrap()`` (a context manager factory) adds to the host's time per step, µs
-    per pair: one unrecorded call inside it first (a setting that changes cuBLAS's or cuDNN's choices pays their
-    first-call heuristics and autotuning once), then ``pairs`` pairs of :func:`probe_host` probes, one inside
-    ``wrap()`` and one without, the order alternating so that a slow stretch of the host's clock falls on both
-    sides alike. CUDA only."""
+    per pair: ``pairs`` pairs of :func:`probe_host` probes, one inside ``wrap()`` and one without, the order
+    alternating so that a slow stretch of the host's clock falls on both sides alike. Each probe follows an
+    untimed call in its own setting, as the steps of a loop follow one another: a setting that changes cuBLAS's
+    or cuDNN's choices pays their first-call heuristics there, and no timed call is the first after a switch.
+    ``4 x pairs`` calls of ``run_step``. CUDA only."""
     import torch
 
     index = first_index
-    with wrap():
-        run_step(index)
-    index += 1
-    torch.cuda.synchronize()
     extra = []
     for k in range(pairs):
         timed = {}
         for wrapped in (False, True) if k % 2 == 0 else (True, False):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            if wrapped:
-                with wrap():
+            for settle in (True, False):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                if wrapped:
+                    with wrap():
+                        run_step(index)
+                else:
                     run_step(index)
-            else:
-                run_step(index)
-            timed[wrapped] = (time.perf_counter() - start) * 1e6
-            index += 1
+                if not settle:
+                    timed[wrapped] = (time.perf_counter() - start) * 1e6
+                index += 1
         extra.append(timed[True] - timed[False])
     torch.cuda.synchronize()
     return extra
