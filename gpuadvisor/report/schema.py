@@ -116,7 +116,7 @@ class Summary(_Section):
     timing_wall_s: Union[Number, UnsetType] = UNSET
     # host time of one step started with the GPU idle (median of the probes; capture.timing.probe_host)
     host_enqueue_us: Union[Number, None, UnsetType] = UNSET
-    # what TF32 adds to it (median of paired probes with the tf32 fix's settings and without; profile.probe_tf32_host)
+    # what TF32 adds to it (median of paired probes with the tf32 fix's settings and without; profile.tf32_host_extra)
     tf32_host_extra_us: Union[Number, None, UnsetType] = UNSET
     # host time inside torch.optim's optimizer.step() per step (capture.timing.OptimizerClock)
     optimizer_step_host_us: Union[Number, None, UnsetType] = UNSET

@@ -257,7 +257,7 @@ def fp32_matmul_timed(
     finding: dict, rule: Rule, timed_us: float, profiled_us: float | None, timed: dict | None = None
 ) -> tuple[float, str | None]:
     """GA301's GPU saving against a timed step whose host may bound it (``host_capped_saving``), with what TF32
-    adds to the host's time where the profile timed it (``tf32_host_extra_us``: gpuadvisor.profile.probe_tf32_host).
+    adds to the host's time where the profile timed it (``tf32_host_extra_us``: gpuadvisor.profile.tf32_host_extra).
     Why: on the H100, the suite's single-image ViT step (GPU busy 18%) ran 9,730 -> 10,072 µs with TF32 while
     GA301 claimed 2,550 µs from its GPU time alone, and its host took 370 µs more per step with TF32 on
     (benchmarks/results/tf32_h100/)."""
