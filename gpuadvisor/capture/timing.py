@@ -194,26 +194,20 @@ def probe_host_paired(
     untimed call in its own setting, as the steps of a loop follow one another: a setting that changes cuBLAS's
     or cuDNN's choices pays their first-call heuristics there, and no timed call is the first after a switch.
     ``4 x pairs`` calls of ``run_step``. CUDA only."""
-    import torch
 
-    index = first_index
-    extra = []
+    def inside(index: int) -> None:
+        with wrap():
+            run_step(index)
+
+    index, extra = first_index, []
     for k in range(pairs):
         timed = {}
         for wrapped in (False, True) if k % 2 == 0 else (True, False):
-            for settle in (True, False):
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-                if wrapped:
-                    with wrap():
-                        run_step(index)
-                else:
-                    run_step(index)
-                if not settle:
-                    timed[wrapped] = (time.perf_counter() - start) * 1e6
-                index += 1
+            run = inside if wrapped else run_step
+            run(index)  # untimed: the probe after it follows a call in its own setting
+            (timed[wrapped],) = probe_host(run, index + 1, 1)
+            index += 2
         extra.append(timed[True] - timed[False])
-    torch.cuda.synchronize()
     return extra
 
 
