@@ -54,8 +54,9 @@ def _launches(name: str):
 # foreach optimizer kernels' bytes from their grids (320 chunks of 65,536 elements; ncu: 64-77% of DRAM at 0.53-0.61
 # waves, which had read as small grids): 90.2% -> 90.6%. Counting cuDNN's split-K weight-gradient reductions'
 # partial sums (64 splits from the wgrad GEMM's grid; ncu: 73-77% of DRAM at 0.97 waves, which had read as a
-# small grid at a fifth of the roof): 90.6% -> 91.4%.
-AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 91.4}
+# small grid at a fifth of the roof): 90.6% -> 91.4%. cuDNN's single-read batch-norm backward off the issue-bound
+# list (8 of its 17 full-wave launches, 587 of 867 µs, nearer DRAM than the SM): 91.4% -> 92.4%.
+AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 92.4}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -69,6 +70,14 @@ def test_classes_agree_with_nsight_compute_on_95_pct_of_gpu_time(name):
 def test_the_suite_workloads_the_issue_names_are_recorded():
     # a decode step, a prefill, a conv training step and an attention-heavy step
     assert {"hf_llama_decode", "hf_llama_prefill", "timm_resnet50_train", "hf_gpt2_eager_attention"} <= set(WORKLOADS)
+
+
+def test_cudnn_batch_norm_backward_keeps_its_memory_class():
+    """cuDNN's single-read batch-norm backward is not read as issue-bound: ncu had 8 of its 17 full-wave
+    launches in the ResNet-50 step nearer DRAM (587 of 867 µs); as compute it agreed on under half its time."""
+    result = agreement(trace_launches(_trace("timm_resnet50_train")), _launches("timm_resnet50_train"))
+    (row,) = [r for r in result["rows"] if "bn_bw_1C11_singleread" in r["kernel"]]
+    assert row["ours"] == "memory" and row["agree_pct"] > 70.0, row
 
 
 def test_kernels_the_profiler_left_mangled_join_ncu_s_demangled_rows():
