@@ -256,10 +256,7 @@ def run_apply(
             if cuda:  # GA301's estimate on the before side: what TF32 adds to the host's time per step
                 from gpuadvisor.profile import tf32_host_extra
 
-                before = measured["before"]
-                before.host_tf32_extra_us = tf32_host_extra(
-                    workload, run_before, rounds * steps, display, before.step_times().median_us
-                )
+                measured["before"].host_tf32_extra_us = tf32_host_extra(workload, run_before, rounds * steps, display)
 
             after_trace = None
             if profile_after:

@@ -78,13 +78,6 @@ MIN_TIMING_S = 5.0
 # Steps after the timed ones, each timed on the host clock from an idle GPU (capture.timing.probe_host): the
 # summary's host_enqueue_us, what the host needs per step whatever the kernels take.
 HOST_PROBES = 5
-# Pairs of TF32 host probes (tf32_host_extra): as many as fill TF32_PROBE_S at the step's own time, at least
-# HOST_PROBES and at most TF32_MAX_PAIRS. On the H100's single-image fp32 ViT (about 7 ms a step, host-bound) the
-# median of 5 pairs read TF32's host cost at 193-386 µs against a step that got 227-411 µs slower in the same
-# runs, and 1,433 µs on a noisy host (benchmarks/results/tf32_h100/index.json): a pair's difference of two
-# single-step times carries the host's jitter of both, which a 5-pair median does not average away.
-TF32_PROBE_S = 1.0
-TF32_MAX_PAIRS = 30
 MAX_TIMED_STEPS = 10_000
 
 
@@ -195,9 +188,7 @@ def run_profile(
         run_step = step_runner(workload.step_fn)
         measured = measure(run_step, label, cuda, warmup, timed_steps, nvml, display, min_time_s=min_time_s)
         if cuda:
-            measured.times.host_tf32_extra_us = tf32_host_extra(
-                workload, run_step, timed_steps + HOST_PROBES, display, measured.times.median_us
-            )
+            measured.times.host_tf32_extra_us = tf32_host_extra(workload, run_step, timed_steps + HOST_PROBES, display)
         if memory and cuda:
             from gpuadvisor.capture.memory_run import snapshot_steps
 
@@ -325,23 +316,12 @@ def measure(
     return Measured(times, sampler, nvml_summary, nvml_reason, memory, allocator=allocator)
 
 
-def tf32_probe_pairs(step_us: float | None) -> int:
-    """How many pairs of TF32 host probes a step of ``step_us`` gets (``TF32_PROBE_S``): ``HOST_PROBES`` when
-    its time is unknown."""
-    if not step_us or not math.isfinite(step_us) or step_us <= 0:
-        return HOST_PROBES
-    return max(HOST_PROBES, min(TF32_MAX_PAIRS, math.ceil(TF32_PROBE_S * 1e6 / (4 * step_us))))
-
-
-def tf32_host_extra(
-    workload, run_step: StepRunner, first_index: int, display: ProgressDisplay, step_us: float | None = None
-) -> list[float]:
+def tf32_host_extra(workload, run_step: StepRunner, first_index: int, display: ProgressDisplay) -> list[float]:
     """Where the tf32 fix would apply (its own check: a CUDA GPU with TF32 tensor cores, float32 matmuls not yet
     in TF32, float32 Linear or attention weights), what TF32 adds to the host's time per step, µs per pair of
     probes; empty where it would not. GA301's estimate on a host-bound step needs it. The tf32 fix's own context
-    (:func:`gpuadvisor.fixes.tf32.tf32_allowed`) around probes paired with as many without it
-    (:func:`gpuadvisor.capture.timing.probe_host_paired`), :func:`tf32_probe_pairs` pairs for a step of
-    ``step_us``. Why: on the H100 the suite's single-image float32 ViT
+    (:func:`gpuadvisor.fixes.tf32.tf32_allowed`) around ``HOST_PROBES`` probes, paired with as many without it
+    (:func:`gpuadvisor.capture.timing.probe_host_paired`). Why: on the H100 the suite's single-image float32 ViT
     step (GPU busy 18%) took 370 µs more of the host's time per step with TF32 on (7,790 -> 8,160 µs,
     benchmarks/results/tf32_h100/rvf_vit_tf32.json), and the step got slower while its kernels took 2.5 ms less;
     these probes read 342-386 µs in three runs and 1,433 µs in a fourth on a noisy host
@@ -355,15 +335,14 @@ def tf32_host_extra(
         return []
     if refusal is not None:
         return []
-    pairs = tf32_probe_pairs(step_us)
-    total = first_index + 4 * pairs
-    display.phase("timing (host, TF32)", 4 * pairs)
+    total = first_index + 4 * HOST_PROBES
+    display.phase("timing (host, TF32)", 4 * HOST_PROBES)
 
     def run(index: int) -> None:
         run_step("timing (host, TF32)", index, total)
         display.advance()
 
-    return timing.probe_host_paired(run, tf32_allowed, first_index, pairs)
+    return timing.probe_host_paired(run, tf32_allowed, first_index, HOST_PROBES)
 
 
 def timed_step_count(timed_steps: int, per_step_s: float | None, min_time_s: float) -> int:

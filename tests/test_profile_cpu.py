@@ -585,17 +585,6 @@ def test_paired_host_probes_alternate_and_time_what_the_context_adds(monkeypatch
     assert len(extra) == 3 and all(2_500 < x < 50_000 for x in extra)
 
 
-def test_tf32_host_probe_pairs_fill_a_second_of_steps_within_bounds():
-    """A short host-bound step gets more pairs (the median of 5 read 193-1,433 µs where the step lost 227-411),
-    a long one no fewer than HOST_PROBES, nor more than TF32_MAX_PAIRS."""
-    from gpuadvisor.profile import HOST_PROBES, TF32_MAX_PAIRS, tf32_probe_pairs
-
-    assert tf32_probe_pairs(30_000.0) == 9  # 9 x 4 steps of 30 ms: 1.08 s
-    assert tf32_probe_pairs(7_000.0) == TF32_MAX_PAIRS == 30  # 36 would fit; capped
-    assert tf32_probe_pairs(100_000.0) == HOST_PROBES == 5
-    assert tf32_probe_pairs(None) == tf32_probe_pairs(float("nan")) == tf32_probe_pairs(0.0) == HOST_PROBES
-
-
 def test_tf32_host_probe_runs_only_where_the_tf32_fix_would_apply(monkeypatch):
     from gpuadvisor import profile as profile_module
     from gpuadvisor.capture import timing as timing_module
@@ -617,8 +606,7 @@ def test_tf32_host_probe_runs_only_where_the_tf32_fix_would_apply(monkeypatch):
         assert seen == []
         monkeypatch.setattr(tf32_module.Tf32Fix, "check", lambda self, w: None)
         extra = tf32_host_extra(object(), lambda *a: None, 35, display)
-        tf32_host_extra(object(), lambda *a: None, 35, display, step_us=30_000.0)
-    assert seen == [(35, profile_module.HOST_PROBES, tf32_module.tf32_allowed), (35, 9, tf32_module.tf32_allowed)]
+    assert seen == [(35, profile_module.HOST_PROBES, tf32_module.tf32_allowed)]
     times = StepTimes([7_756.0], "stub", 0.0, host_us=[7_790.0], host_tf32_extra_us=extra)
     assert times.host_tf32_extra_median_us == 370.0  # the median: one slow pair does not move it
     from gpuadvisor.report.profiled import timed_summary
