@@ -323,9 +323,9 @@ def tf32_host_extra(workload, run_step: StepRunner, first_index: int, display: P
     (:func:`gpuadvisor.fixes.tf32.tf32_allowed`) around ``HOST_PROBES`` probes, paired with as many without it
     (:func:`gpuadvisor.capture.timing.probe_host_paired`). Why: on the H100 the suite's single-image float32 ViT
     step (GPU busy 18%) took 370 µs more of the host's time per step with TF32 on (7,790 -> 8,160 µs,
-    benchmarks/results/tf32_h100/rvf_vit_tf32.json), and the step got slower while its kernels took 2.5 ms less;
-    these probes read 342-386 µs in three runs and 1,433 µs in a fourth on a noisy host
-    (benchmarks/results/tf32_h100/index.json)."""
+    benchmarks/results/tf32_h100/rvf_vit_tf32.json), and the step got slower while its kernels took 2.5 ms less.
+    The probe is rough: over eight H100 runs it read 128-1,433 µs where the step lost 138-432, and thirty pairs
+    did no better than five (benchmarks/results/tf32_h100/index.json)."""
     from gpuadvisor.capture import timing
     from gpuadvisor.fixes.tf32 import Tf32Fix, tf32_allowed
 

@@ -5,8 +5,6 @@ against a step timed without the profiler."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -16,7 +14,7 @@ from gpuadvisor.analysis.roofline import LAYOUT_CONVERSION_KERNEL, NEAR_ROOF_PCT
 from gpuadvisor.analysis.sources import DIRECTION_KINDS
 from gpuadvisor.analysis.timeline import call_sources
 from gpuadvisor.device.peaks import peak_flops
-from gpuadvisor.report.formatting import short_kernel_name
+from gpuadvisor.report.formatting import as_number, short_kernel_name
 from gpuadvisor.rules.engine import Finding, Rule, SkipRule, make_finding
 
 _CHAIN_FAMILIES = {"elementwise", "normalization", "reduction", "copy"}
@@ -264,8 +262,7 @@ def fp32_matmul_timed(
     from gpuadvisor.rules.detectors_model import host_capped_saving
 
     timed = timed or {}
-    extra = timed.get("tf32_host_extra_us")
-    extra = float(extra) if isinstance(extra, (int, float)) and math.isfinite(extra) else 0.0
+    extra = as_number(timed.get("tf32_host_extra_us")) or 0.0
     if extra:
         finding.setdefault("evidence", {})["tf32_host_extra_us"] = _r(extra)
     return host_capped_saving(
