@@ -65,7 +65,9 @@ seen however small the update is against the weights. State the original writes 
 lacks, or state only the patched step writes, fails the guard by name. Every run starts from the same seed
 (each trial its own), so a step with dropout or sampling draws the same numbers in both; the original runs
 twice on the first trial, and its own run-to-run scatter raises the bound to twice that (stated), or, above
-``MAX_RUN_NOISE``, fails the guard: such a step cannot be judged.
+``MAX_RUN_NOISE``, fails the guard: such a step cannot be judged. Unless the scatter is in a few state writes
+only (at most ``MAX_SCATTERED_SHARE`` of the compared tensors) and every output agrees: those are left out of
+the judgement, by name (a key bias's gradient, rounding noise summed by atomics in another order each run).
 The float32 reference copies the model and the inputs together (a cache object in the inputs becomes the
 copy's own, upcast), and runs after the original and the patched trials.
 """
@@ -331,6 +333,7 @@ def check_numerics(
     missing: list[str] = []
     extra_writes: list[str] = []
     noise: tuple[float, str] | None = None
+    scattered: dict[str, float] = {}  # state tensors left out: the original's own runs scatter there (_split_noise)
     moved: tuple[str, float] | None = None
     draws_random = False
 
@@ -362,7 +365,7 @@ def check_numerics(
                     # original itself land (non-deterministic kernels, randomness the seed does not reach).
                     original_state.restore(start, paths)
                     again = _Run(run(original, inputs, trial, original.path), original_state.snapshot(paths).values)
-                    noise = _run_noise(runs_original[0], again, start)
+                    noise, scattered = _split_noise(_run_noise(runs_original[0], again, start))
                 original_state.restore(start, paths)
 
                 if trial == 0:
@@ -466,7 +469,7 @@ def check_numerics(
             and not any(p.startswith("step") for p in original_state.slots)
         ):
             plain = [_entries(a, b, None, start) for a, b in zip(runs_original, runs_patched)]
-            first = _judge(policy, plain, False, dtype_name, noise)
+            first = _judge(policy, plain, False, dtype_name, noise, scattered=scattered)
             if first.value is not None and first.bound is not None and first.value > first.bound:
                 fixed_verdict = first
                 if _fits_fp32_copy(original.model, 2 * original_state.nbytes()):
@@ -500,6 +503,7 @@ def check_numerics(
         wide_reference,
         TF32_REFERENCE_FACTOR if wide_reference and on_cuda and _tf32_enabled() else REFERENCE_FACTOR,
         TF32_FIXED_REL_L2 if wide_reference and on_cuda and _tf32_enabled() and dtype_name == "float32" else None,
+        scattered=scattered,
     )
     if wide_reference and not result.passed and fixed_verdict is not None:
         # The fp64 reference only ever rescues a correct reordering; a fix it does not rescue fails. Its judgement
@@ -584,13 +588,14 @@ def _rng_states(on_cuda: bool) -> tuple:
     return tuple(bytes(state.numpy().tobytes()) for state in states)
 
 
-def _run_noise(first: _Run, second: _Run, start: Any) -> tuple[float, str] | None:
-    """The worst rel-L2 between two runs of the original from the same state (None when they agree exactly)."""
+def _run_noise(first: _Run, second: _Run, start: Any) -> dict[str, float]:
+    """The rel-L2 between two runs of the original from the same state, per output and state write that differs
+    (``inf`` for an integer output that differs at all); the compared paths that agree exactly map to 0."""
     import torch
 
     from gpuadvisor.fixes.state import delta
 
-    worst: tuple[float, str] | None = None
+    scatter: dict[str, float] = {}
     pairs = [(path, a, b) for (path, a), (_, b) in zip(first.outputs, second.outputs)]
     pairs += [
         (f"state {path}", delta(first.state_after[path], start[path]), delta(second.state_after[path], start[path]))
@@ -600,14 +605,30 @@ def _run_noise(first: _Run, second: _Run, start: Any) -> tuple[float, str] | Non
         if a is None or b is None or a.shape != b.shape:
             continue
         if not a.dtype.is_floating_point:  # sampled token ids: any difference is all the difference
-            if not torch.equal(a, b.to(a.dtype)):
-                return (math.inf, path)
+            scatter[path] = 0.0 if torch.equal(a, b.to(a.dtype)) else math.inf
             continue
         finite = torch.isfinite(a) & torch.isfinite(b)
-        value = relative_l2(b[finite], a[finite])
-        if value > 0 and (worst is None or value > worst[0]):
-            worst = (value, path)
-    return worst
+        scatter[path] = relative_l2(b[finite], a[finite])
+    return scatter
+
+
+def _split_noise(scatter: dict[str, float]) -> tuple[tuple[float, str] | None, dict[str, float]]:
+    """The original's run-to-run scatter (``_run_noise``) as (the worst among the tensors judged, None when they
+    agree exactly; the state tensors left out of the judgement with their scatter). A few state tensors may scatter
+    by more than ``MAX_RUN_NOISE`` while every output agrees: a gradient that is rounding noise (a key bias under
+    softmax, zero in exact arithmetic), summed by atomics in another order each run, and the optimizer moments
+    built on it. They are left out when they are at most ``MAX_SCATTERED_SHARE`` of the compared tensors; else,
+    or when an output scatters, the worst of all is returned and the step is judged not deterministic."""
+    over = {path: value for path, value in scatter.items() if value > MAX_RUN_NOISE}
+    leave_out = (
+        bool(over)
+        and all(path.startswith("state ") for path in over)
+        and len(over) <= MAX_SCATTERED_SHARE * len(scatter)
+    )
+    kept = {path: value for path, value in scatter.items() if not (leave_out and path in over)}
+    worst = max(kept.items(), key=lambda item: item[1], default=None)
+    noise = (worst[1], worst[0]) if worst is not None and worst[1] > 0 else None
+    return noise, (over if leave_out else {})
 
 
 def _entries(
@@ -1053,6 +1074,11 @@ MIN_DRIFT_ELEMENTS = 256
 # a fix's error would hide in the step's own scatter (dropout without a seed it honours, sampling from
 # another generator, atomics on a reduction that changes every run).
 MAX_RUN_NOISE = 1e-2
+# Its outputs agreeing, a step whose scatter is confined to this share of its compared tensors, all state writes,
+# is judged on the rest (_split_noise): DistilBERT's masked-LM training step (AdamW) on the H200 scattered by 0.39
+# in one key-projection bias's Adam second moment in one guard check of the two that ran on it, and agreed in the
+# other; judged as not deterministic, TF32 was rolled back in one candidate and kept in the other.
+MAX_SCATTERED_SHARE = 0.1
 # Bounds are raised to this many times the original's own run-to-run scatter when that is larger.
 NOISE_FACTOR = 2.0
 
@@ -1066,8 +1092,11 @@ def _judge(
     wide_reference: bool = False,
     reference_factor: float = REFERENCE_FACTOR,
     fixed_floor: float | None = None,
+    scattered: dict[str, float] | None = None,
 ) -> NumericsResult:
     import torch
+
+    scattered = scattered or {}
 
     fixed_bound = max(FIXED_REL_L2.get(dtype_name or "", 1e-4), fixed_floor or 0.0)
     metric = "sqnr_db" if policy == "fp8" else ("rel_l2_vs_fp32_reference" if with_reference else "rel_l2_vs_original")
@@ -1109,7 +1138,7 @@ def _judge(
         patched = [*patched, *state_patched]
         reference = dict([*reference, *state_reference]) if reference is not None else None
         for (path, expected), (_, actual) in zip(original, patched):
-            if expected is None or actual is None:
+            if expected is None or actual is None or path in scattered:
                 continue
             if expected.shape != actual.shape or expected.dtype.is_floating_point != actual.dtype.is_floating_point:
                 return verdict(
@@ -1240,6 +1269,13 @@ def _judge(
         noise_note = (
             f"; {len(noise_only)} tensor(s) not judged one by one: {whose} is"
             f" >= {NOISE_DOMINATED_REL_L2:g} there (rounding noise, e.g. {sorted(noise_only)[0]})"
+        )
+    if scattered:
+        path, value = max(scattered.items(), key=lambda item: item[1])
+        noise_note += (
+            f"; {len(scattered)} state tensor(s) not judged: two runs of the original differ by more than"
+            f" {MAX_RUN_NOISE:g} there while its outputs agree (nondeterministic sums of rounding noise, e.g."
+            f" {path}: {value:.2e})"
         )
     if noise is not None:
         noise_note += (
