@@ -215,10 +215,10 @@ def test_sampling_from_an_unseeded_generator_is_refused_as_not_deterministic(mon
 @pytest.mark.parametrize("jittered", ["one key bias", "every gradient"])
 def test_state_the_original_scatters_itself_is_left_out_when_its_outputs_agree(monkeypatch, jittered):
     """A key bias's gradient is rounding noise (zero in exact arithmetic: softmax ignores a shift shared by every
-    key); on a GPU, summed by atomics in another order each run, it and its Adam moments scatter between two runs
-    of the original while the loss agrees. Planted here as jitter from a generator the seed does not reach: in one
-    tensor it is left out of the judgement (the fix is judged on the rest), in every gradient the step is not
-    deterministic."""
+    key); on a GPU, summed in another order each run by a nondeterministic kernel, it and its Adam moments scatter
+    between two runs of the original while the loss agrees. Planted here as jitter from a generator the seed does
+    not reach: in one tensor it is left out of the judgement (the fix is judged on the rest), in every gradient
+    the step is not deterministic."""
     workload = load(SUITE / "hf_bert_finetune_amp.py", monkeypatch)
     workload.step_fn()  # the optimizer's state exists, as after the first step of training
     jitter = torch.Generator().manual_seed(1)

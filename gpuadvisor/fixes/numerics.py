@@ -67,7 +67,8 @@ lacks, or state only the patched step writes, fails the guard by name. Every run
 twice on the first trial, and its own run-to-run scatter raises the bound to twice that (stated), or, above
 ``MAX_RUN_NOISE``, fails the guard: such a step cannot be judged. Unless the scatter is in a few state writes
 only (at most ``MAX_SCATTERED_SHARE`` of the compared tensors) and every output agrees: those are left out of
-the judgement, by name (a key bias's gradient, rounding noise summed by atomics in another order each run).
+the judgement, by name (a key bias's gradient: rounding noise that a nondeterministic kernel sums in another
+order each run).
 The float32 reference copies the model and the inputs together (a cache object in the inputs becomes the
 copy's own, upcast), and runs after the original and the patched trials.
 """
@@ -616,9 +617,10 @@ def _split_noise(scatter: dict[str, float]) -> tuple[tuple[float, str] | None, d
     """The original's run-to-run scatter (``_run_noise``) as (the worst among the tensors judged, None when they
     agree exactly; the state tensors left out of the judgement with their scatter). A few state tensors may scatter
     by more than ``MAX_RUN_NOISE`` while every output agrees: a gradient that is rounding noise (a key bias under
-    softmax, zero in exact arithmetic), summed by atomics in another order each run, and the optimizer moments
-    built on it. They are left out when they are at most ``MAX_SCATTERED_SHARE`` of the compared tensors; else,
-    or when an output scatters, the worst of all is returned and the step is judged not deterministic."""
+    softmax, zero in exact arithmetic), summed in another order each run by a nondeterministic kernel, and the
+    optimizer moments built on it. They are left out when they are at most ``MAX_SCATTERED_SHARE`` of the
+    compared tensors; else, or when an output scatters, the worst of all is returned and the step is judged not
+    deterministic."""
     over = {path: value for path, value in scatter.items() if value > MAX_RUN_NOISE}
     leave_out = (
         bool(over)
