@@ -55,8 +55,12 @@ def _launches(name: str):
 # waves, which had read as small grids): 90.2% -> 90.6%. Counting cuDNN's split-K weight-gradient reductions'
 # partial sums (64 splits from the wgrad GEMM's grid; ncu: 73-77% of DRAM at 0.97 waves, which had read as a
 # small grid at a fifth of the roof): 90.6% -> 91.4%. cuDNN's single-read batch-norm backward off the issue-bound
-# list (8 of its 17 full-wave launches, 587 of 867 µs, nearer DRAM than the SM): 91.4% -> 92.4%.
-AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 92.4}
+# list (8 of its 17 full-wave launches, 587 of 867 µs, nearer DRAM than the SM): 91.4% -> 92.4%. cuDNN's
+# convolution without shared memory (the stem's ``implicit_gemm_indexed_wo_smem``, 55% SM / 12% DRAM) read as
+# issue-bound: 92.4% -> 93.6%. A kernel's bytes less the writes still in the L2 when it ends (up to 25 MB on
+# GH100; ncu empties the L2 before each kernel, and measured streaming kernels 24-27 MB short of their count at
+# every size): 93.6% -> 94.5%.
+AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 94.4}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -78,6 +82,18 @@ def test_cudnn_batch_norm_backward_keeps_its_memory_class():
     result = agreement(trace_launches(_trace("timm_resnet50_train")), _launches("timm_resnet50_train"))
     (row,) = [r for r in result["rows"] if "bn_bw_1C11_singleread" in r["kernel"]]
     assert row["ours"] == "memory" and row["agree_pct"] > 70.0, row
+
+
+def test_the_convolution_without_shared_memory_is_issue_bound():
+    """cuDNN's stem convolution of the ResNet-50 step (3 input channels) gathers its operands through an index
+    table without staging them in shared memory: ncu measured 55% SM against 12% DRAM over 369 µs, where its
+    intensity (62 FLOP/byte, under TF32's ridge point) puts it on the memory side at 14% of the roof."""
+    launches = trace_launches(_trace("timm_resnet50_train"))
+    stem = [x for x in launches if "implicit_gemm_indexed_wo_smem" in x["kernel"]]
+    assert stem and {x["bound"] for x in stem} == {"compute"}
+    result = agreement(launches, _launches("timm_resnet50_train"))
+    (row,) = [r for r in result["rows"] if "implicit_gemm_indexed_wo_smem" in r["kernel"]]
+    assert row["agree_pct"] == 100.0 and row["us_per_step"] > 300, row
 
 
 def test_kernels_the_profiler_left_mangled_join_ncu_s_demangled_rows():
@@ -234,7 +250,8 @@ def test_layout_transposes_count_the_tensor_their_grid_names():
     assert len(layout) >= 3 * 150
     assert layout["bytes_basis"].str.startswith("layout transpose of the call's").all()
     image = layout[layout["blocks"] == 100352]
-    assert len(image) and (image["bytes"] == 2 * 64 * 3 * 224 * 224 * 4).all()
+    # read and written once, less the writes still in the L2 when it ends
+    assert len(image) and (image["bytes"] == 2 * 64 * 3 * 224 * 224 * 4 - 25e6).all()
     assert (image["bound"] == "compute").all()  # 9% of each tile filled: issue-bound, 11% of the memory roof
     assert (layout["pct_of_roof"].dropna() <= 100).all()
     # Joined launch by launch to ncu: the issue-bound ones lean to the SM, the full large ones to DRAM.
@@ -419,3 +436,39 @@ def test_split_k_splits_come_from_the_wgrad_grid_over_the_weight_s_tiles():
     elementwise = "void at::native::vectorized_elementwise_kernel<4>()"
     assert split_k_wgrad(reduce, 2048, 128, elementwise, 1024, (1024, 256)) is None
     assert split_k_wgrad("void cudnn::bn_bw_1C11_kernel_new<float>()", 2048, 128, cutlass, 1024, (1024, 256)) is None
+
+
+def test_bytes_less_the_writes_left_in_the_l2_match_ncu_dram_traffic():
+    """Nsight Compute flushes the L2 before each kernel, so its DRAM figure is every read plus the writes that left
+    the L2 before the kernel ended. In the ResNet-50 step, PyTorch's in-place ReLU and residual add (26-617 MB
+    counted once per element) and cuDNN's two-pass batch norm read 24-27 MB less than counted at every size:
+    their bytes less the writes the L2 holds back (roofline.L2_DEFERRED_WRITE_BYTES) land within 10% of it, where
+    the plain count was 1.94x off for the smallest. (Not where the batch norm's input fits in what the L2 holds:
+    its second read comes from the L2, which the two-pass count does not know; the 25.7 MB one moved 29 MB.)"""
+    from difflib import SequenceMatcher
+
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.trace.kineto import load_trace
+
+    trace = load_trace(_trace("timm_resnet50_train"))
+    peaks = lookup_peaks(trace.device, None)
+    kernels = analyze_trace(trace, peaks).kernels
+    step = kernels[kernels["step_index"] == kernels.loc[kernels["step_index"] >= 0, "step_index"].min()]
+    step = step.sort_values("ts_us", kind="stable").reset_index(drop=True)
+    ncu = _launches("timm_resnet50_train")
+    names = [base_name(n) for n in step["name"]]
+    blocks = SequenceMatcher(None, names, [base_name(v["kernel"]) for v in ncu], autojunk=False).get_matching_blocks()
+    partner = {b.a + i: ncu[b.b + i] for b in blocks for i in range(b.size)}
+    ratios = {}
+    for i, row in step.iterrows():
+        streaming = row["op"] in ("aten::clamp_min_", "aten::add_") and "vectorized_elementwise" in row["name"]
+        two_pass = "bn_fw_tr_1C11_kernel_NCHW" in row["name"] and row["bytes"] > 3 * 25e6
+        if i not in partner or not (streaming or two_pass) or not row["bytes"] > 20e6:
+            continue
+        launch = partner[i]
+        moved = launch["dram_pct"] / 100.0 * peaks.hbm_bytes_per_s * launch["duration_us"] * 1e-6
+        ratios.setdefault(round(row["bytes"] / 1e6), []).append(row["bytes"] / moved)
+    assert len(ratios) >= 5 and min(ratios) < 60 and max(ratios) > 500, sorted(ratios)  # from 51 MB to 617 MB
+    worst = max(abs(r - 1.0) for rs in ratios.values() for r in rs)
+    assert worst < 0.1, {size: [round(r, 3) for r in rs[:2]] for size, rs in sorted(ratios.items())}

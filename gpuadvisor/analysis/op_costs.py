@@ -21,7 +21,9 @@ written once, no cache reuse. Each family counts what its kernels touch, not wha
 - elementwise: the inputs read, the broadcast output written (in-place ops write their first operand).
 
 ``basis`` says in a few words which of these counts a figure comes from; NaN bytes mean the trace does not
-hold what the count needs (a TensorList's dtype, the indices of ``aten::index``).
+hold what the count needs (a TensorList's dtype, the indices of ``aten::index``). ``written`` is the part of
+the bytes the call writes (what the L2 may still hold when its kernel ends:
+:func:`gpuadvisor.analysis.roofline.l2_deferred_writes`).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class OpCost(NamedTuple):
     dtype: str | None
     estimated: bool
     basis: str
+    written: float = math.nan  # of ``bytes``, those the call writes (NaN unknown)
 
 
 class _Tensor(NamedTuple):
@@ -174,59 +177,79 @@ def _rows(t: _Tensor) -> int:
     return t.numel // t.shape[0] if t.shape and t.shape[0] else t.numel
 
 
-def _gather_like(name: str, args: list) -> tuple[float, str] | None:
-    """(bytes, basis) of gather / scatter / index / embedding calls, None when ``name`` is none of them."""
+def _gather_like(name: str, args: list) -> tuple[float, str, float] | None:
+    """(bytes, basis, bytes written) of gather / scatter / index / embedding calls, None when ``name`` is none of
+    them."""
     base = name.rstrip("_")
     this, a1, a2, a3 = (_arg(args, i) for i in range(4))
     if name == "aten::embedding" and this and a1:  # (weight [V, D], indices)
         out = a1.numel * _rows(this)
-        return a1.nbytes + 2.0 * out * this.itemsize, "embedding: indices + selected rows read, rows written"
+        return (
+            a1.nbytes + 2.0 * out * this.itemsize,
+            "embedding: indices + selected rows read, rows written",
+            out * this.itemsize,
+        )
     if name == "aten::index_select" and this and a2:  # (self, dim, index); the trace keeps no dim: dim 0
         out = a2.numel * _rows(this)
-        return a2.nbytes + 2.0 * out * this.itemsize, "index_select: index + selected rows read, rows written (dim 0)"
+        basis = "index_select: index + selected rows read, rows written (dim 0)"
+        return a2.nbytes + 2.0 * out * this.itemsize, basis, out * this.itemsize
     if name in ("aten::gather", "aten::take_along_dim") and this and a2:  # (self, dim, index): out = index's shape
-        return a2.nbytes + 2.0 * a2.numel * this.itemsize, "gather: index + gathered elements read, output written"
+        basis = "gather: index + gathered elements read, output written"
+        return a2.nbytes + 2.0 * a2.numel * this.itemsize, basis, a2.numel * this.itemsize
     if base in ("aten::index_copy", "aten::index_add") and this and a2 and a3:  # (self, dim, index, source)
         passes = 3 if base == "aten::index_add" else 2  # add reads the slice it writes
         total = a2.nbytes + passes * a3.nbytes
         basis = f"{base[6:]}: index + source read, the written slice ({a3.numel} elements) only"
+        written = a3.nbytes
         if not name.endswith("_"):
             total += 2.0 * this.nbytes
+            written += this.nbytes
             basis += ", plus the copy of self"
-        return float(total), basis
+        return float(total), basis, written
     if base in ("aten::index_put", "aten::_index_put_impl") and this:  # (self, indices, values, accumulate)
         operands = [a for a in args[1:] if a is not None]
         same = [a for a in operands if a.dtype == this.dtype]
         values = (same or operands or [None])[-1]
         if values is None:
-            return math.nan, "index_put: the trace records no index/value shapes"
+            return math.nan, "index_put: the trace records no index/value shapes", math.nan
         indices = sum(a.nbytes for a in operands if a is not values)
         total = 2.0 * values.numel * this.itemsize + indices
-        return total, "index_put: indices + values read, the written slice only"
+        return total, "index_put: indices + values read, the written slice only", values.numel * this.itemsize
     if base in ("aten::scatter", "aten::scatter_add", "aten::scatter_reduce") and this and a2:  # self, dim, index, src
         passes = 3 if base != "aten::scatter" else 2
         src = a3.itemsize * a2.numel if a3 is not None else 0
         total = a2.nbytes + src + (passes - 1) * a2.numel * this.itemsize
         basis = f"{base[6:]}: index + source read, the {a2.numel} written elements only"
+        written = a2.numel * this.itemsize
         if not name.endswith("_"):
             total += 2.0 * this.nbytes
+            written += this.nbytes
             basis += ", plus the copy of self"
-        return float(total), basis
+        return float(total), basis, written
     if name in ("aten::index", "aten::_index"):
-        return math.nan, "index: the trace records no index shapes (TensorList)"
+        return math.nan, "index: the trace records no index shapes (TensorList)", math.nan
     if name == "aten::embedding_dense_backward" and this and a1:  # (grad_output [*I, D], indices, ...)
-        return a1.nbytes + 2.0 * this.nbytes, "embedding backward: grad + indices read, touched rows written"
+        return (
+            a1.nbytes + 2.0 * this.nbytes,
+            "embedding backward: grad + indices read, touched rows written",
+            this.nbytes,
+        )
     if name in ("aten::nll_loss_forward", "aten::nll_loss2d_forward") and this and a1:  # (self, target, weight)
         weight = _arg(args, 2)
         total = a1.nbytes + 2.0 * a1.numel * this.itemsize + (weight.nbytes if weight else 0)
-        return float(total), "nll_loss: target + one picked element per target read, losses written"
+        return (
+            float(total),
+            "nll_loss: target + one picked element per target read, losses written",
+            a1.numel * this.itemsize,
+        )
     if name in ("aten::nll_loss_backward", "aten::nll_loss2d_backward") and this and a1 and a2:
         # (grad_output, self, target, weight, ...): one element per target written; the zero fill is its own op
-        return this.nbytes + a2.nbytes + a2.numel * a1.itemsize, "nll_loss backward: one element per target written"
+        basis = "nll_loss backward: one element per target written"
+        return this.nbytes + a2.nbytes + a2.numel * a1.itemsize, basis, a2.numel * a1.itemsize
     return None
 
 
-def _attention(name: str, layout: str, args: list, backward: bool) -> tuple[float, float, str] | None:
+def _attention(name: str, layout: str, args: list, backward: bool) -> tuple[float, float, str, float] | None:
     offset = 1 if backward else 0  # backward: (grad_out, q, k, v, out, ...)
     q, k, v = (_arg(args, offset + i) for i in range(3))
     if not (q and k and v) or len(q.shape) < 3 or len(k.shape) < 3:
@@ -240,9 +263,9 @@ def _attention(name: str, layout: str, args: list, backward: bool) -> tuple[floa
     if backward:
         flops *= _ATTENTION_BACKWARD_FLOP_RATIO
         written = q.nbytes + k.nbytes + v.nbytes
-        return flops, float(read + written), "attention backward: all inputs read, dq/dk/dv written"
+        return flops, float(read + written), "attention backward: all inputs read, dq/dk/dv written", written
     out = (q.numel // e) * ev * q.itemsize
-    return flops, float(read + out), "attention: q, k, v (and mask) read, output written; no causal halving"
+    return flops, float(read + out), "attention: q, k, v (and mask) read, output written; no causal halving", out
 
 
 # Where a convolution operator's stride, padding and dilation stand among its arguments (the profiler's
@@ -304,7 +327,7 @@ def conv_backward_mask(name: str, concrete: list | None) -> tuple[bool, bool] | 
     return (found.group(1) == "True", found.group(2) == "True") if found else None
 
 
-def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[float, float, str] | None:
+def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[float, float, str, float] | None:
     if name in _CONV_BACKWARD:
         grad_out, x, w = (_arg(args, i) for i in range(3))
         if not (grad_out and x and w) or len(w.shape) < 3:
@@ -323,6 +346,7 @@ def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[f
                 2.0 * grad_out.numel * per_output,
                 float(grad_out.nbytes + x.nbytes + w.nbytes),
                 f"convolution backward, {which}",
+                x.nbytes if mask[0] else w.nbytes,
             )
         flops = 2 * 2.0 * grad_out.numel * per_output  # grad input and grad weight, each a GEMM as large as forward
         read = 2 * grad_out.nbytes + x.nbytes + w.nbytes  # dgrad and wgrad kernels each read the output's grad
@@ -330,6 +354,7 @@ def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[f
             flops,
             float(read + x.nbytes + w.nbytes),
             "convolution backward: grad read by the dgrad and the wgrad kernels, input and weight read; grads written",
+            x.nbytes + w.nbytes,
         )
     x, w = _arg(args, 0), _arg(args, 1)
     if not (x and w) or len(x.shape) < 3 or len(w.shape) != len(x.shape):
@@ -341,7 +366,8 @@ def _convolution(name: str, args: list, concrete: list | None = None) -> tuple[f
     out = x.shape[0] * w.shape[0] * (_numel(spatial) or 0)
     flops = 2.0 * out * (_numel(w.shape[1:]) or 0)
     read = sum(a.nbytes for a in args if a is not None)
-    return flops, float(read + out * x.itemsize), f"convolution: input, weight read, output written ({geometry})"
+    basis = f"convolution: input, weight read, output written ({geometry})"
+    return flops, float(read + out * x.itemsize), basis, out * x.itemsize
 
 
 # cuDNN's NCHW<->NHWC layout transposes (nchwToNhwcKernel, nhwcToNchwKernel) move one tensor of their
@@ -422,6 +448,7 @@ def op_cost(
     read = float(sum(t.nbytes for t in tensors))
     first = args[0] if args[0] is not None else tensors[0]
     flops = math.nan
+    written = first.nbytes  # one output as large as the first argument, unless a family says otherwise
     gathered = _gather_like(name, args)
     if name in MATMUL_OPS:
         mats = [t.shape for t in tensors if len(t.shape) >= 2]
@@ -437,38 +464,43 @@ def op_cost(
                 k, n_cols = a[-1], b[-1]
             m_rows = _numel(a[:-1]) or 0
             flops = 2.0 * m_rows * k * n_cols
-            nbytes, basis = read + m_rows * n_cols * tensors[-1].itemsize, "GEMM: A, B (and bias) read, C written"
+            written = m_rows * n_cols * tensors[-1].itemsize
+            nbytes, basis = read + written, "GEMM: A, B (and bias) read, C written"
         else:  # dot / mv: the output is a vector
-            nbytes, basis = read + max(t.numel for t in tensors) * first.itemsize, "GEMV: inputs read, output written"
+            written = max(t.numel for t in tensors) * first.itemsize
+            nbytes, basis = read + written, "GEMV: inputs read, output written"
     elif name in _CONV_FORWARD or name in _CONV_BACKWARD:
         conv = _convolution(name, args, concrete)
         if conv is None:
             nbytes, basis = read + first.nbytes, "convolution: inputs read, one output as large as the input written"
         else:
-            flops, nbytes, basis = conv
+            flops, nbytes, basis, written = conv
     elif name in _ATTENTION_FORWARD or name in _ATTENTION_BACKWARD:
         backward = name in _ATTENTION_BACKWARD
         attention = _attention(name, (_ATTENTION_BACKWARD if backward else _ATTENTION_FORWARD)[name], args, backward)
         if attention is None:
             nbytes, basis = read + first.nbytes, "attention: inputs read, output written"
         else:
-            flops, nbytes, basis = attention
+            flops, nbytes, basis, written = attention
     elif gathered is not None:
-        nbytes, basis = gathered
+        nbytes, basis, written = gathered
         flops = 0.0
     elif name in _FILL:
         nbytes, basis, flops = float(first.nbytes), "fill: output written only", 0.0
     elif name in _COPY and len(tensors) >= 2:
         nbytes, basis, flops = float(tensors[0].nbytes + tensors[1].nbytes), "copy: source read, target written", 0.0
+        written = tensors[0].nbytes
     elif name in _CLONE:
         nbytes, basis, flops = 2.0 * first.nbytes, "copy: input read, a same-size output written", 0.0
     elif name in _CONCAT:
         nbytes, basis, flops = 2.0 * read, "concatenation: inputs read and written once", 0.0
+        written = read
     elif _NORMALIZATION.match(name) or _SOFTMAX.match(name) or _SOFTMAX_BACKWARD.match(name):
         nbytes, basis = read + first.nbytes, "normalization: all tensors read, one output written"
         flops = NORMALIZATION_FLOPS_PER_ELEMENT * first.numel
     elif _REDUCTION.match(name):
         nbytes, basis = read, "reduction: inputs read (output not counted)"
+        written = 0.0
         flops = float(max(t.numel for t in tensors))
     elif name.endswith("_") and not name.startswith("aten::_"):
         nbytes, basis = read + first.nbytes, "in-place elementwise: operands read, first operand written"
@@ -477,10 +509,11 @@ def op_cost(
         out = _broadcast_numel([t.shape for t in tensors])
         if out is None:
             out = max(t.numel for t in tensors)
-        nbytes, basis = read + out * first.itemsize, "elementwise: inputs read, broadcast output written"
+        written = out * first.itemsize
+        nbytes, basis = read + written, "elementwise: inputs read, broadcast output written"
         flops = float(out)
     estimated = True
     if recorded_flops > 0:
         flops = recorded_flops
         estimated = False  # FLOPs are the profiler's own count; bytes are always estimated (module doc)
-    return OpCost(flops, float(nbytes), dtype, estimated, basis)
+    return OpCost(flops, float(nbytes), dtype, estimated, basis, float(written))
