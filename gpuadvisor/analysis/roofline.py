@@ -467,15 +467,10 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     if deferred:
         held = np.where(np.isfinite(written) & np.isfinite(nbytes), np.minimum(written, deferred), 0.0)
         nbytes = nbytes - held
-        basis = np.array(
-            [
-                f"{b}; less {v / 1e6:.1f} MB of its writes still in the L2 at its end"
-                if v > 0 and isinstance(b, str)
-                else b
-                for b, v in zip(basis, held)
-            ],
-            dtype=object,
-        )
+        basis = np.array(basis, dtype=object)
+        for i in np.flatnonzero(held > 0):
+            if isinstance(basis[i], str):
+                basis[i] = f"{basis[i]}; less {held[i] / 1e6:.1f} MB of its writes still in the L2 at its end"
     intensity = np.divide(flops, nbytes, out=np.full(len(k), np.nan), where=nbytes > 0)
     graph = graph_replayed(k)
 
@@ -628,7 +623,8 @@ def resident_blocks(
 # counted, 76.8 for 102.8, 179.5 for 205.5, 384 for 411, 592 for 617), a 1x1 convolution writing 51 MB 25 MB short
 # and cuDNN's two-pass batch norm (x read twice, 205 MB written) within 1% of its count less 25 MB: about half
 # the 50 MB L2 of a kernel's writes is still in the cache when it ends, written back during later kernels, and
-# costs it no DRAM time. Measured on GH100 (H100, H200, GH200) only; elsewhere no deferral is counted.
+# costs it no DRAM time. Measured on the H200; the H100 and GH200 have its GH100 die and 50 MB L2. Elsewhere no
+# deferral is counted.
 L2_DEFERRED_WRITE_BYTES = {"h100": 25e6, "h200": 25e6, "gh200": 25e6}
 
 
