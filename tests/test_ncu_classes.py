@@ -59,8 +59,12 @@ def _launches(name: str):
 # convolution without shared memory (the stem's ``implicit_gemm_indexed_wo_smem``, 55% SM / 12% DRAM) read as
 # issue-bound: 92.4% -> 93.6%. A kernel's bytes less the writes still in the L2 when it ends (up to 25 MB on
 # GH100; ncu empties the L2 before each kernel, and measured streaming kernels 24-27 MB short of their count at
-# every size): 93.6% -> 94.5%.
-AGREEMENT_FLOOR_PCT = {"timm_resnet50_train": 94.4}
+# every size): 93.6% -> 94.5%. A strided 1x1 convolution's input counted at the pixels its windows touch, forward
+# and in its backward's weight gradient (a quarter at stride 2; ncu: 129.5 and 54.0 MB forward, the whole input
+# counted 283.8 and 131.2): 94.5% -> 94.6%. A layout
+# transpose's issue work (0.475 x its tensor read and written / its tiles' fill) weighed against its DRAM bytes
+# less the writes the L2 holds, in place of a fill threshold (90%): 94.6% -> 95.3%.
+AGREEMENT_FLOOR_PCT: dict[str, float] = {}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -82,6 +86,51 @@ def test_cudnn_batch_norm_backward_keeps_its_memory_class():
     result = agreement(trace_launches(_trace("timm_resnet50_train")), _launches("timm_resnet50_train"))
     (row,) = [r for r in result["rows"] if "bn_bw_1C11_singleread" in r["kernel"]]
     assert row["ours"] == "memory" and row["agree_pct"] > 70.0, row
+
+
+def test_strided_convolutions_count_the_input_ncu_saw_them_read():
+    """ResNet-50's downsampling convolutions (1x1, stride 2) read a quarter of their input: their bytes, less the
+    writes the L2 holds, near the DRAM traffic ncu measured (its DRAM throughput x duration x the H200's 4.8 TB/s),
+    where the whole input counted would be 2.2x it."""
+    launches = trace_launches(_trace("timm_resnet50_train"))
+    ncu = _launches("timm_resnet50_train")
+    from gpuadvisor.analysis.bundle import analyze_trace
+    from gpuadvisor.device.peaks import lookup_peaks
+    from gpuadvisor.trace.kineto import load_trace
+
+    trace = load_trace(_trace("timm_resnet50_train"))
+    k = analyze_trace(trace, lookup_peaks(trace.device, None)).kernels
+    k = k[k["step_index"] == k["step_index"][k["step_index"] >= 0].min()].sort_values("ts_us", kind="stable")
+    assert len(k) == len([x for x in launches if x["step"] == launches[0]["step"]])
+    from difflib import SequenceMatcher
+
+    names = [base_name(n) for n in k["name"]]
+    partner = {}
+    for block in SequenceMatcher(
+        None, names, [base_name(v["kernel"]) for v in ncu], autojunk=False
+    ).get_matching_blocks():
+        partner.update({block.a + i: ncu[block.b + i] for i in range(block.size)})
+    strided = [i for i, basis in enumerate(k["bytes_basis"].astype(str)) if "windows read 25% of the input" in basis]
+    ratios = []
+    for i in strided:
+        v = partner[i]
+        dram = v["dram_pct"] / 100 * v["duration_us"] * 1e-6 * 4.8e12
+        ratios.append(k["bytes"].iloc[i] / dram)
+    # layers 2 and 3: 129.7 MB against 129.5, 54.2 against 54.0 (the whole input: 283.8 and 131.2); layer 4: 21.9
+    # against 28.0 (the whole input: 60.5), its 25.7 MB output written past the 25 MB the L2 is counted to hold
+    assert len(ratios) == 3 and sum(0.99 < r < 1.01 for r in ratios) == 2 and min(ratios) > 0.75, ratios
+
+
+def test_layout_transposes_lean_to_the_unit_ncu_measured_nearer():
+    """cuDNN's NCHW<->NHWC transposes of the ResNet-50 step: the 88%-filled 64x1024x14x14 one (77.8 of its 102.8 MB
+    reach DRAM) nearer DRAM, the 88%-filled 64x256x14x14 one (its writes stay in the L2) nearer the SM; every
+    transpose launch that is not classed ``launch`` agrees with ncu on at least 95% of their time."""
+    launches = trace_launches(_trace("timm_resnet50_train"))
+    result = agreement(launches, _launches("timm_resnet50_train"))
+    rows = [r for r in result["rows"] if re.search(r"nchwToNhwc|nhwcToNchw", r["kernel"])]
+    time = sum(r["us_per_step"] for r in rows)
+    agreed = sum(r["us_per_step"] * r["agree_pct"] / 100 for r in rows)
+    assert time > 2_000 and agreed / time > 0.95, (time, agreed)
 
 
 def test_the_convolution_without_shared_memory_is_issue_bound():

@@ -241,6 +241,32 @@ def test_a_strided_convolution_counts_its_output_from_the_recorded_stride():
     assert "stride 1 assumed" in op_cost("aten::conv2d", dims3, types3, 0.0, ["", "", "", "'same'"]).basis
 
 
+def test_a_strided_convolution_reads_only_the_input_its_windows_touch():
+    """A 1x1 convolution of stride 2 (ResNet-50's downsampling shortcut) reads one input pixel in four; a 3x3 of
+    stride 2 and padding 1, or the 7x7 stem of stride 2, every pixel."""
+    from gpuadvisor.analysis.op_costs import conv_input_read_share
+
+    name, concrete = "aten::cudnn_convolution", lambda p, s, d: ["", "", f"[{p}, {p}]", f"[{s}, {s}]", f"[{d}, {d}]"]
+    assert conv_input_read_share(name, [64, 256, 56, 56], [512, 256, 1, 1], concrete(0, 2, 1)) == 0.25
+    assert conv_input_read_share(name, [64, 256, 56, 56], [256, 256, 3, 3], concrete(1, 2, 1)) == 1.0
+    assert conv_input_read_share(name, [64, 3, 224, 224], [64, 3, 7, 7], concrete(3, 2, 1)) == 1.0
+    assert conv_input_read_share(name, [8, 16, 9, 9], [16, 16, 1, 1], concrete(0, 3, 1)) == pytest.approx(1 / 9)
+    assert conv_input_read_share(name, [8, 16, 32, 32], [16, 16, 3, 3], concrete(2, 1, 2)) == 1.0  # dilated
+    assert conv_input_read_share(name, [8, 16, 32, 32], [16, 16, 1, 1], None) == 1.0  # not recorded: all of it
+    dims, types = [[64, 256, 56, 56], [512, 256, 1, 1], [], [], []], ["float", "float"] + ["ScalarList"] * 3
+    cost = op_cost(name, dims, types, 0.0, concrete(0, 2, 1) + ["1", "False", "False", "True"])
+    assert cost.bytes == (64 * 256 * 56 * 56 // 4 + 512 * 256 + 64 * 512 * 28 * 28) * 4
+    assert "its windows read 25% of the input" in cost.basis
+    # its backward: the wgrad kernel reads the input where the windows touched it; dgrad writes all of grad input
+    x, w, g = 64 * 256 * 56 * 56 * 4, 512 * 256 * 4, 64 * 512 * 28 * 28 * 4
+    bw_dims = [[64, 512, 28, 28], [64, 256, 56, 56], [512, 256, 1, 1], [], [], [], [], [], [], [], []]
+    bw_types = ["float"] * 3 + ["ScalarList"] * 8
+    bw = ["", "", "", "[0]", "[2, 2]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, False]"]
+    assert op_cost("aten::convolution_backward", bw_dims, bw_types, 0.0, bw).bytes == 2 * g + x / 4 + w + x + w
+    whole = op_cost("aten::convolution_backward", bw_dims, bw_types, 0.0, bw[:7] + ["True"] + bw[8:])
+    assert whole.bytes == 2 * g + 2 * x + 2 * w  # transposed: not a strided read
+
+
 @pytest.mark.parametrize("fast", [True, False])
 def test_both_readers_keep_the_concrete_inputs(fast, monkeypatch):
     from gpuadvisor.trace import columns

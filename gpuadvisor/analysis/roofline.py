@@ -39,11 +39,12 @@ Classes, in order of precedence:
   full-wave launch of them Nsight Compute measured on the H200 under 60% of DRAM used more of the SM than of DRAM
   (``softmax_warp_forward`` 82% SM / 37% DRAM, ``vectorized_layer_norm_kernel`` 74 / 13,
   ``bn_fw_tr_1C11_singleread`` 42 / 36, ``max_pool_forward_nchw`` 83 / 35, ``max_pool_backward_nchw`` 80 / 13),
-  and so do cuDNN's layout transposes whose 32x32-element tiles are mostly empty (a 3-channel image: 78% SM /
-  9% DRAM) and cuDNN's implicit-GEMM convolution that gathers its operands through an index table straight
+  and so do cuDNN's layout transposes whose issue work outweighs their DRAM traffic (:data:`LAYOUT_ISSUE_SHARE`:
+  mostly empty 32x32-element tiles, a 3-channel image at 78% SM / 9% DRAM, or a tensor whose writes stay in the
+  L2) and cuDNN's implicit-GEMM convolution that gathers its operands through an index table straight
   from global memory, without staging them in shared memory (``implicit_gemm_indexed_wo_smem``: the
   3-channel stem convolution of the ResNet-50 training step, 55% SM / 12% DRAM over 369 µs). Estimated, by
-  name or tile fill; their roof side stays memory, so a fused kernel is still the fix.
+  name or by a transpose's tiles and bytes; their roof side stays memory, so a fused kernel is still the fix.
   Not cuDNN's batch-norm backward: of ``bn_bw_1C11_singleread``'s full-wave launches in the ResNet-50 training
   step, 8 (587 µs per step) used more of DRAM (33-38% against 32% SM) and 9 (280 µs) more of the SM (34-45%
   against 11-26% DRAM); it keeps the memory class its intensity gives;
@@ -107,11 +108,21 @@ NEAR_ROOF_PCT = 60.0
 _GENERIC_LOOP = re.compile(r"(?<![\w])(elementwise_kernel|unrolled_elementwise_kernel)<")
 # cuDNN's NCHW<->NHWC layout transposes around its NHWC convolutions (GA203's kernels).
 LAYOUT_CONVERSION_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw"
-# A layout transpose whose tiles are less than this full (a 3-channel image: 9%; a 3x3 weight: 28%; 7x7 or 14x14
-# activations: 77% and 88%) runs every tile's index arithmetic for fewer elements: Nsight Compute measured those
-# SM-bound or nearer the SM's peak (up to 79% SM against 9-46% DRAM), the full ones (98-100%) DRAM-bound
-# (benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz). Issue-bound below this fill.
-LAYOUT_TILE_FILL_ISSUE_BOUND = 0.9
+# A layout transpose issues the same instructions for every slot of its 32x32-element tiles, filled or not, while
+# DRAM sees the tensor read and written less the writes the L2 still holds when it ends (l2_deferred_writes). Its
+# issue work, in the bytes the same time would move at the DRAM roof, is taken as LAYOUT_ISSUE_SHARE x the tensor
+# read and written / the tiles' fill; where that exceeds its DRAM bytes, the SM is the nearer unit (issue-bound).
+# Nsight Compute on the H200 (benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz) measured the 9%- and
+# 28%-filled transposes (a 3-channel image, 3x3 weights) at up to 79% SM against 9-21% DRAM; the 88%-filled
+# 64x1024x14x14 one nearer DRAM (43-52% SM, 61-63% DRAM; its writes partly stay in the L2: 77.8 of 102.8 MB
+# reach DRAM) and the 88%-filled 64x256x14x14 one nearer the SM (43% SM, 32% DRAM; all 12.8 MB of its writes
+# stay in the L2); the 98%-filled 64x128x28x28 one nearer DRAM (41-44% SM, 45-50% DRAM) and the 88%-filled
+# 64x512x14x14 one of the same size nearer the SM (51%, 48%; another launch of it nearer DRAM, 38%, 42%). For a
+# share from 0.45 to 0.50 every transpose of the export but that one launch (15 µs a step) lands on ncu's side
+# (ncu agreement on the step 95.3%); 0.51 or more puts the 98%-filled ones on the SM (94.4%), 0.44 or less the
+# 88%-filled small ones on DRAM (95.2% at 0.44, 94.8% at 0.40). A GPU whose L2 holds no writes past a kernel's
+# end (no deferral) reads a transpose issue-bound only under 47.5% full.
+LAYOUT_ISSUE_SHARE = 0.475
 # The row-wise normalization and pooling kernels Nsight Compute measured issue-bound (module docstring):
 # PyTorch's softmax and LayerNorm forward, cuDNN's batch-norm forward, PyTorch's max pooling. cuDNN's batch-norm
 # backward is not among them: most of its full-wave time was nearer the DRAM roof. Kernels it has not measured at
@@ -336,6 +347,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     written = np.full(len(k), np.nan)  # of nbytes, those the kernel writes (NaN unknown)
     own_bytes = np.full(len(k), np.nan)  # bytes a kernel moves by its own shape (a layout transpose's tensor)
     own_basis = np.full(len(k), None, dtype=object)
+    layout_bytes = np.full(len(k), np.nan)  # a layout transpose's tensor, read and written once
     tile_fill = np.full(len(k), np.nan)  # a layout transpose's share of its tiles' slots that hold elements
     if len(ops):
         linked = ops[ops["external_id"].isin(k["external_id"][k["external_id"] >= 0].unique())]
@@ -418,6 +430,7 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
             ):
                 own_bytes[i], own_basis[i], split_k[i] = moved_bytes, why, True
             moved = np.isfinite(own_bytes)
+            layout_bytes = np.where(np.isfinite(tile_fill), own_bytes, np.nan)
             keys = [merged["rank"], merged["external_id"]]
             dur_all = merged["dur_us"].to_numpy(float)
             dur_shared = np.where(moved & ~split_k, 0.0, dur_all)
@@ -507,8 +520,9 @@ def kernel_table(trace: Trace, peaks: DevicePeaks, acts: pd.DataFrame | None = N
     issue_bound_name = np.array(
         [bool(_GENERIC_LOOP.search(n) or _ISSUE_BOUND_ROWS.search(n)) for n in unique_names], dtype=bool
     )[name_codes]
-    underfilled = tile_fill < LAYOUT_TILE_FILL_ISSUE_BOUND  # False where NaN
-    issue_bound = (issue_bound_name | underfilled) & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
+    # A layout transpose's issue work against its DRAM traffic (LAYOUT_ISSUE_SHARE): False where NaN.
+    issue_leaning = LAYOUT_ISSUE_SHARE * layout_bytes / tile_fill > nbytes
+    issue_bound = (issue_bound_name | issue_leaning) & (roof_side == "memory") & (pct < NEAR_ROOF_PCT)
     bound = np.select(
         [
             (pct >= NEAR_ROOF_PCT) & (fam != "communication"),
