@@ -164,6 +164,7 @@ def run_pair(
             # the after side's own probe: what the host-capped estimate assumed, measured
             "host_after_fix_measured_us": report.get("after", {}).get("host_enqueue_us"),
             "gpu_saving_us": ((finding or {}).get("evidence") or {}).get("gpu_saving_us"),
+            "tf32_step_delta_us": ((finding or {}).get("evidence") or {}).get("tf32_step_delta_us"),
             "estimated_saving_pct": finding.get("estimated_saving_pct") if finding else None,
             "basis": (finding.get("evidence") or {}).get("basis") if finding else None,
             "fix_status": outcome.get("status"),
@@ -373,7 +374,13 @@ def rejudge(entry: dict, report_path: Path, trace_path: Path) -> dict:
     # The before side's figures: the report's summary is the after side's (an apply report describes the result),
     # and a report older than the side's optimizer_step_host_us has none for the before side (None: the rule
     # then scales its profiled region by timed / profiled step).
-    for key in ("step_time_us", "host_enqueue_us", "optimizer_step_host_us"):
+    for key in (
+        "step_time_us",
+        "host_enqueue_us",
+        "optimizer_step_host_us",
+        "tf32_step_delta_us",
+        "tf32_step_delta_rounds",
+    ):
         summary[key] = (kept.get("before") or {}).get(key)
     rescale_savings(report, load_rules())
     finding = next((f for f in report["findings"] if f.get("rule_id") == entry["rule"]), None)

@@ -253,10 +253,13 @@ def run_apply(
             measured = measure_sides(
                 {"before": run_before, "after": run_after}, steps, rounds, cuda, sampler, display, label
             )
-            if cuda:  # GA301's estimate on the before side: what TF32 adds to the host's time per step
-                from gpuadvisor.profile import tf32_host_extra
+            if cuda:  # GA301's estimate on the before side: TF32 timed on and off where the host may bound it
+                from gpuadvisor.profile import tf32_step_delta
 
-                measured["before"].host_tf32_extra_us = tf32_host_extra(workload, run_before, rounds * steps, display)
+                before = measured["before"]
+                before.tf32_step_delta_us = tf32_step_delta(
+                    workload, run_before, rounds * steps, display, before.step_times()
+                )
 
             after_trace = None
             if profile_after:
@@ -418,7 +421,7 @@ class SideMeasurement:
     summary: dict[str, Any] | None = None  # the side's report summary, filled after the analysis
     optimizer_step_us: list[float] = field(default_factory=list)  # host time in optimizer.step() per step
     host_us: list[float] = field(default_factory=list)  # host time of a step started with the GPU idle
-    host_tf32_extra_us: list[float] = field(default_factory=list)  # what TF32 adds to it (profile.tf32_host_extra)
+    tf32_step_delta_us: list[float] = field(default_factory=list)  # TF32 on minus off (profile.tf32_step_delta)
 
     def add_block(self, times: StepTimes, energy_mj: float | None, allocated: int | None, reserved: int | None):
         from gpuadvisor.stats import percentile
@@ -453,7 +456,7 @@ class SideMeasurement:
             self.wall_s,
             list(self.optimizer_step_us),
             list(self.host_us),
-            list(self.host_tf32_extra_us),
+            tf32_step_delta_us=list(self.tf32_step_delta_us),
         )
 
     def energy_not_measured(self) -> str | None:

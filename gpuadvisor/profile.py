@@ -78,6 +78,14 @@ MIN_TIMING_S = 5.0
 # Steps after the timed ones, each timed on the host clock from an idle GPU (capture.timing.probe_host): the
 # summary's host_enqueue_us, what the host needs per step whatever the kernels take.
 HOST_PROBES = 5
+# GA301 on a step whose host takes at least this share of it (the host probes against the timed steps): TF32
+# timed on and off in a loop of the step (tf32_step_delta), TF32_BLOCK_STEPS steps a block, two blocks a round,
+# as many rounds as fit in TF32_TIMING_S within TF32_ROUNDS. On the H100 the single-image ViT step (8 ms) then
+# times 40 rounds, 3.8 s.
+TF32_TIMED_HOST_SHARE = 0.5
+TF32_BLOCK_STEPS = 5
+TF32_TIMING_S = 4.0
+TF32_ROUNDS = (8, 40)
 MAX_TIMED_STEPS = 10_000
 
 
@@ -188,7 +196,9 @@ def run_profile(
         run_step = step_runner(workload.step_fn)
         measured = measure(run_step, label, cuda, warmup, timed_steps, nvml, display, min_time_s=min_time_s)
         if cuda:
-            measured.times.host_tf32_extra_us = tf32_host_extra(workload, run_step, timed_steps + HOST_PROBES, display)
+            measured.times.tf32_step_delta_us = tf32_step_delta(
+                workload, run_step, timed_steps + HOST_PROBES, display, measured.times
+            )
         if memory and cuda:
             from gpuadvisor.capture.memory_run import snapshot_steps
 
@@ -316,33 +326,42 @@ def measure(
     return Measured(times, sampler, nvml_summary, nvml_reason, memory, allocator=allocator)
 
 
-def tf32_host_extra(workload, run_step: StepRunner, first_index: int, display: ProgressDisplay) -> list[float]:
-    """Where the tf32 fix would apply (its own check: a CUDA GPU with TF32 tensor cores, float32 matmuls not yet
-    in TF32, float32 Linear or attention weights), what TF32 adds to the host's time per step, µs per pair of
-    probes; empty where it would not. GA301's estimate on a host-bound step needs it. The tf32 fix's own context
-    (:func:`gpuadvisor.fixes.tf32.tf32_allowed`) around ``HOST_PROBES`` probes, paired with as many without it
-    (:func:`gpuadvisor.capture.timing.probe_host_paired`). Why: on the H100 the suite's single-image float32 ViT
-    step (GPU busy 18%) took 370 µs more of the host's time per step with TF32 on (7,790 -> 8,160 µs,
-    benchmarks/results/tf32_h100/rvf_vit_tf32.json), and the step got slower while its kernels took 2.5 ms less.
-    The probe is rough: over eight H100 runs it read 128-1,433 µs where the step lost 138-432, and thirty pairs
-    did no better than five (benchmarks/results/tf32_h100/index.json)."""
+def tf32_step_delta(
+    workload, run_step: StepRunner, first_index: int, display: ProgressDisplay, times: StepTimes
+) -> list[float]:
+    """What TF32 does to the step's time per step, timed in a loop of steps with it on and off (µs per round,
+    :func:`gpuadvisor.capture.timing.time_paired_blocks`; negative: faster), where GA301's estimate needs it:
+    the tf32 fix would apply (its own check: a CUDA GPU with TF32 tensor cores, float32 matmuls not yet in TF32,
+    float32 Linear or attention weights) and the host takes at least ``TF32_TIMED_HOST_SHARE`` of the step
+    (``times``: the timed steps and the host probes), where the host's time, not the kernels', may bound what
+    TF32 saves. Empty elsewhere. Rounds of two blocks of ``TF32_BLOCK_STEPS`` steps, as many as fit in
+    ``TF32_TIMING_S`` (``TF32_ROUNDS`` bounds them). Why: on the H100 the suite's single-image float32 ViT step
+    (GPU busy 18%) got 3.5% slower with TF32 while its kernels took 2.5 ms less; its host took about 370 µs more
+    per step with TF32 on (benchmarks/results/tf32_h100/rvf_vit_tf32.json), and a probe of single steps from an
+    idle GPU read that extra as anything from 128 to 1,433 µs over eight runs (benchmarks/results/tf32_h100/)."""
     from gpuadvisor.capture import timing
     from gpuadvisor.fixes.tf32 import Tf32Fix, tf32_allowed
 
+    step, host = times.median_us, times.host_median_us
+    if not step or not host or host < TF32_TIMED_HOST_SHARE * step:
+        return []
     try:
         refusal = Tf32Fix().check(workload)
-    except Exception:  # the check reads the user's modules; a model it cannot read gets no probe
+    except Exception:  # the check reads the user's modules; a model it cannot read gets no timing
         return []
     if refusal is not None:
         return []
-    total = first_index + 4 * HOST_PROBES
-    display.phase("timing (host, TF32)", 4 * HOST_PROBES)
+    per_round_s = 2 * (TF32_BLOCK_STEPS + 1) * step * 1e-6
+    rounds = max(TF32_ROUNDS[0], min(TF32_ROUNDS[1], int(TF32_TIMING_S / per_round_s)))
+    calls = rounds * 2 * (TF32_BLOCK_STEPS + 1)
+    total = first_index + calls
+    display.phase("timing (TF32 on and off)", calls)
 
     def run(index: int) -> None:
-        run_step("timing (host, TF32)", index, total)
+        run_step("timing (TF32 on and off)", index, total)
         display.advance()
 
-    return timing.probe_host_paired(run, tf32_allowed, first_index, HOST_PROBES)
+    return timing.time_paired_blocks(run, tf32_allowed, first_index, rounds, TF32_BLOCK_STEPS)
 
 
 def timed_step_count(timed_steps: int, per_step_s: float | None, min_time_s: float) -> int:

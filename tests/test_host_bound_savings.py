@@ -177,17 +177,18 @@ def test_ga301_on_a_host_bound_step_saves_nothing_alone_and_its_kernel_time_besi
     assert combined_saving([finding], {"tf32", "compile"}, 9_730.0) == pytest.approx(2_550.0)
 
 
-def test_ga301_counts_what_tf32_adds_to_the_host_where_the_profile_timed_it():
-    """The single-image ViT on the H100 (benchmarks/results/tf32_h100/rvf_vit_tf32_probe.json): an 8,302 µs step,
-    8,408 µs of host time from the probes, 2,542 µs of kernel time TF32 takes off, and 348 µs more host time per
-    step with TF32 on (the paired probes); the step went 310-346 µs slower (8,648 µs). Without the probe's figure
-    GA301 expects no change: the step is the host's time either way."""
+def test_ga301_takes_the_step_timed_with_tf32_on_and_off_where_the_profile_timed_it():
+    """The single-image ViT on the H100 (benchmarks/results/tf32_h100/rvf_vit_tf32.json): an 8,302 µs step,
+    8,408 µs of host time from the probes, 2,542 µs of kernel time TF32 takes off, and the step 273 µs slower with
+    TF32 on, timed in a loop. Without that timing GA301 expects no change (the step is the host's time either way);
+    with it, the measured change is the saving, on the basis of a measured alternative."""
 
     def finding() -> dict:
         return {
             "rule_id": "GA301",
             "fix_id": "tf32",
             "saving_from": "kernels",
+            "saving_basis": "roof",
             "message": "fp32 GEMMs.",
             "estimated_saving_us_per_step": 2_542.0,
             "evidence": {"gpu_saving_us": 2_542.0},
@@ -198,21 +199,22 @@ def test_ga301_counts_what_tf32_adds_to_the_host_where_the_profile_timed_it():
     # the probe (from an idle GPU) reads more than the step itself: the host's time per step is the step's
     assert plain["evidence"]["expected_alone_us"] == pytest.approx(0.0)
     assert plain["evidence"]["host_enqueue_us"] == 8_408.0 and plain["evidence"]["host_after_fix_us"] == 8_302.0
-    assert "tf32_host_extra_us" not in plain["evidence"]
+    assert "tf32_step_delta_us" not in plain["evidence"] and plain["saving_basis"] == "roof"
 
-    probed = finding()
-    summary = {**timed(host=8_408.0, launches=186.0), "tf32_host_extra_us": 348.0}
-    saving = retime_saving(probed, RULES["GA301"], 8_302.0, None, summary)
+    slower = finding()
+    summary = {**timed(host=8_408.0, launches=186.0), "tf32_step_delta_us": 273.0, "tf32_step_delta_rounds": 40}
+    saving = retime_saving(slower, RULES["GA301"], 8_302.0, None, summary)
     assert saving == 0.0
-    assert probed["evidence"]["expected_alone_us"] == pytest.approx(-348.0)
-    assert probed["evidence"]["host_after_fix_us"] == pytest.approx(8_650.0)  # measured after: 8,648 µs
-    assert probed["evidence"]["tf32_host_extra_us"] == 348.0
-    assert "+348 µs for TF32's own host time" in probed["message"] and "slower" in probed["message"]
+    assert slower["evidence"]["expected_alone_us"] == pytest.approx(-273.0)
+    assert slower["saving_basis"] == "measured alternative"
+    assert "40 rounds" in slower["evidence"]["basis"]
+    assert "took 273 µs more per step with it on" in slower["message"]
 
-    # A GPU-bound step: the host's extra time changes nothing.
-    busy = finding()
-    saving = retime_saving(busy, RULES["GA301"], 30_000.0, None, {**summary, "host_enqueue_us": 9_000.0})
-    assert saving == pytest.approx(2_542.0)
+    faster = finding()
+    saving = retime_saving(faster, RULES["GA301"], 8_302.0, None, {**summary, "tf32_step_delta_us": -1_200.0})
+    assert saving == pytest.approx(1_200.0)
+    assert faster["evidence"]["expected_alone_us"] == pytest.approx(1_200.0)
+    assert "took 1,200 µs less per step" in faster["message"]
 
 
 def test_the_apply_report_keeps_the_before_side_s_tf32_host_figure():
@@ -221,6 +223,12 @@ def test_the_apply_report_keeps_the_before_side_s_tf32_host_figure():
     from gpuadvisor.report.apply_report import _side_section
 
     side = SideMeasurement("before", samples_us=[8_162.0], round_medians_us=[8_162.0])
-    side.summary = {"step_time_us": 8_162.0, "host_enqueue_us": 8_156.4, "tf32_host_extra_us": 385.7}
+    side.summary = {
+        "step_time_us": 8_162.0,
+        "host_enqueue_us": 8_156.4,
+        "tf32_step_delta_us": 385.7,
+        "tf32_step_delta_rounds": 40,
+    }
     section = _side_section(side, None, None)
-    assert section["host_enqueue_us"] == 8_156.4 and section["tf32_host_extra_us"] == 385.7
+    assert section["host_enqueue_us"] == 8_156.4 and section["tf32_step_delta_us"] == 385.7
+    assert section["tf32_step_delta_rounds"] == 40

@@ -551,17 +551,24 @@ def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
     assert sampler.stopped == 2
 
 
-def test_paired_host_probes_alternate_and_time_what_the_context_adds(monkeypatch):
-    """probe_host_paired: pairs in alternating order, each probe after an untimed call in its own setting; each
-    pair's difference is the context's cost (here 3 ms of sleep against none)."""
+def test_paired_blocks_alternate_and_time_what_the_context_does_to_the_step(monkeypatch):
+    """time_paired_blocks: blocks in alternating order, each after an untimed call in its own setting; each
+    round's figure is the inside block's median step less the outside one's (here 3 ms of sleep against none)."""
     import contextlib
     import time
 
-    import torch
+    from gpuadvisor.capture import timing as timing_module
+    from gpuadvisor.capture.timing import time_paired_blocks
 
-    from gpuadvisor.capture.timing import probe_host_paired
+    def fake_cuda(run_step, steps, on_step):  # the host clock in place of CUDA events, on the CPU
+        samples = []
+        for i in range(steps):
+            start = time.perf_counter()
+            run_step(i)
+            samples.append((time.perf_counter() - start) * 1e6)
+        return StepTimes(samples, "stub", 0.0)
 
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(timing_module, "_time_cuda", fake_cuda)
     inside = []
     calls = []
 
@@ -578,38 +585,43 @@ def test_paired_host_probes_alternate_and_time_what_the_context_adds(monkeypatch
         if inside:
             time.sleep(0.003)
 
-    extra = probe_host_paired(run_step, wrap, 40, 3)
-    assert [c[0] for c in calls] == list(range(40, 52))
-    # off, off, on, on | on, on, off, off | off, off, on, on: no timed call is the first after a switch
-    assert [c[1] for c in calls] == [False, False, True, True, True, True, False, False, False, False, True, True]
-    assert len(extra) == 3 and all(2_500 < x < 50_000 for x in extra)
+    deltas = time_paired_blocks(run_step, wrap, 40, 3, 2)
+    assert [c[0] for c in calls] == list(range(40, 58))
+    # off x3, on x3 | on x3, off x3 | off x3, on x3: the first call of each block is untimed, after a switch
+    assert [c[1] for c in calls] == [False] * 3 + [True] * 6 + [False] * 6 + [True] * 3
+    assert len(deltas) == 3 and all(2_500 < x < 50_000 for x in deltas)
 
 
-def test_tf32_host_probe_runs_only_where_the_tf32_fix_would_apply(monkeypatch):
+def test_tf32_is_timed_on_and_off_only_where_the_fix_applies_and_the_host_may_bound_the_step(monkeypatch):
     from gpuadvisor import profile as profile_module
     from gpuadvisor.capture import timing as timing_module
     from gpuadvisor.fixes import tf32 as tf32_module
     from gpuadvisor.fixes.base import Refusal
-    from gpuadvisor.profile import tf32_host_extra
+    from gpuadvisor.profile import tf32_step_delta
     from gpuadvisor.progress import ProgressDisplay
 
     seen = []
 
-    def fake_paired(run_step, wrap, first_index, pairs):
-        seen.append((first_index, pairs, wrap))
-        return [380.0, 360.0, 370.0, 900.0, 365.0]
+    def fake_blocks(run_step, wrap, first_index, rounds, steps):
+        seen.append((first_index, rounds, steps, wrap))
+        return [280.0, 260.0, 270.0, 900.0, 265.0]
 
-    monkeypatch.setattr(timing_module, "probe_host_paired", fake_paired)
+    monkeypatch.setattr(timing_module, "time_paired_blocks", fake_blocks)
+    host_bound = StepTimes([7_756.0] * 30, "stub", 0.0, host_us=[7_790.0] * 5)
+    gpu_bound = StepTimes([30_000.0] * 30, "stub", 0.0, host_us=[9_900.0] * 5)  # ViT-B/16 at batch 32
     with ProgressDisplay(False) as display:
         monkeypatch.setattr(tf32_module.Tf32Fix, "check", lambda self, w: Refusal("no float32 matmuls", "nothing"))
-        assert tf32_host_extra(object(), lambda *a: None, 35, display) == []
-        assert seen == []
+        assert tf32_step_delta(object(), lambda *a: None, 35, display, host_bound) == []
         monkeypatch.setattr(tf32_module.Tf32Fix, "check", lambda self, w: None)
-        extra = tf32_host_extra(object(), lambda *a: None, 35, display)
-    assert seen == [(35, profile_module.HOST_PROBES, tf32_module.tf32_allowed)]
-    times = StepTimes([7_756.0], "stub", 0.0, host_us=[7_790.0], host_tf32_extra_us=extra)
-    assert times.host_tf32_extra_median_us == 370.0  # the median: one slow pair does not move it
+        assert tf32_step_delta(object(), lambda *a: None, 35, display, gpu_bound) == []
+        assert seen == []
+        delta = tf32_step_delta(object(), lambda *a: None, 35, display, host_bound)
+    # 4 s of 7.8 ms steps, two blocks of 5 (+1 untimed) a round: 42 rounds fit, 40 at most
+    assert seen == [(35, profile_module.TF32_ROUNDS[1], profile_module.TF32_BLOCK_STEPS, tf32_module.tf32_allowed)]
+    times = StepTimes([7_756.0], "stub", 0.0, host_us=[7_790.0], tf32_step_delta_us=delta)
+    assert times.tf32_step_delta_median_us == 270.0  # the median: one slow round does not move it
     from gpuadvisor.report.profiled import timed_summary
 
     facts = RunFacts(Path("m.py"), Path("out"), times, None, None, "off", {}, 1)
-    assert timed_summary(facts)["tf32_host_extra_us"] == 370.0
+    assert timed_summary(facts)["tf32_step_delta_us"] == 270.0
+    assert timed_summary(facts)["tf32_step_delta_rounds"] == 5

@@ -57,17 +57,17 @@ class StepTimes:
     # Host wall time of one step started with the GPU idle (µs per probe; see the module docstring); empty when
     # no probe ran (the CPU, or host_probes=0).
     host_us: list[float] = field(default_factory=list)
-    # What TF32 adds to that host time (µs per pair of probes, :func:`probe_host_paired`): the tf32 fix's own
-    # context around the step against the step as it is; empty when not probed.
-    host_tf32_extra_us: list[float] = field(default_factory=list)
+    # What the step takes longer per step with TF32 on, timed in a loop of steps (µs per round of two blocks,
+    # :func:`time_paired_blocks`; negative where it takes less); empty when not timed.
+    tf32_step_delta_us: list[float] = field(default_factory=list)
 
     @property
     def host_median_us(self) -> float | None:
         return percentile(self.host_us, 50) if self.host_us else None
 
     @property
-    def host_tf32_extra_median_us(self) -> float | None:
-        return percentile(self.host_tf32_extra_us, 50) if self.host_tf32_extra_us else None
+    def tf32_step_delta_median_us(self) -> float | None:
+        return percentile(self.tf32_step_delta_us, 50) if self.tf32_step_delta_us else None
 
     @property
     def optimizer_step_median_us(self) -> float | None:
@@ -185,30 +185,35 @@ def probe_host(run_step: Callable[[int], Any], first_index: int, probes: int) ->
     return samples
 
 
-def probe_host_paired(
-    run_step: Callable[[int], Any], wrap: Callable[[], Any], first_index: int, pairs: int
+def time_paired_blocks(
+    run_step: Callable[[int], Any], wrap: Callable[[], Any], first_index: int, rounds: int, steps: int
 ) -> list[float]:
-    """What running the step inside ``wrap()`` (a context manager factory) adds to the host's time per step, µs
-    per pair: ``pairs`` pairs of :func:`probe_host` probes, one inside ``wrap()`` and one without, the order
-    alternating so that a slow stretch of the host's clock falls on both sides alike. Each probe follows an
-    untimed call in its own setting, as the steps of a loop follow one another: a setting that changes cuBLAS's
-    or cuDNN's choices pays their first-call heuristics there, and no timed call is the first after a switch.
-    ``4 x pairs`` calls of ``run_step``. CUDA only."""
+    """What running the step inside ``wrap()`` (a context manager factory) does to its time per step in a loop
+    of steps, µs per round (inside minus outside; negative where the step gets faster): each round times two
+    blocks of ``steps`` steps back to back with CUDA events (:func:`time_steps`), one inside ``wrap()`` and one
+    without, the order alternating so that a slow stretch of the host's clock falls on both sides alike; a
+    block's figure is the median of its steps. Each block follows an untimed call in its own setting, as the
+    steps of a loop follow one another: a setting that changes cuBLAS's or cuDNN's choices pays their first-call
+    heuristics there. Unlike :func:`probe_host`, the GPU is not idle at each step's start: a host-bound step is
+    timed as its loop runs it, host and GPU together. ``rounds x 2 x (steps + 1)`` calls of
+    ``run_step``. CUDA only."""
 
     def inside(index: int) -> None:
         with wrap():
             run_step(index)
 
-    index, extra = first_index, []
-    for k in range(pairs):
-        timed = {}
+    index, deltas = first_index, []
+    for k in range(rounds):
+        medians = {}
         for wrapped in (False, True) if k % 2 == 0 else (True, False):
             run = inside if wrapped else run_step
-            run(index)  # untimed: the probe after it follows a call in its own setting
-            (timed[wrapped],) = probe_host(run, index + 1, 1)
-            index += 2
-        extra.append(timed[True] - timed[False])
-    return extra
+            run(index)  # untimed: the block after it follows a call in its own setting
+            base = index + 1
+            times = _time_cuda(lambda i, run=run, base=base: run(base + i), steps, None)
+            medians[wrapped] = percentile(times.samples_us, 50)
+            index += steps + 1
+        deltas.append(medians[True] - medians[False])
+    return deltas
 
 
 def _time_cuda(run_step: Callable[[int], Any], steps: int, on_step: Callable[[], None] | None) -> StepTimes:

@@ -164,7 +164,8 @@ def timed_summary(facts: RunFacts) -> dict[str, Any]:
         "timing_wall_s": finite_round(times.wall_s, 3),
         "optimizer_step_host_us": finite_round(times.optimizer_step_median_us),
         "host_enqueue_us": finite_round(times.host_median_us),
-        "tf32_host_extra_us": finite_round(times.host_tf32_extra_median_us),
+        "tf32_step_delta_us": finite_round(times.tf32_step_delta_median_us),
+        "tf32_step_delta_rounds": len(times.tf32_step_delta_us) or None,
         "tokens_per_s": finite_round(facts.tokens_per_step * 1e6 / median, 1)
         if facts.tokens_per_step and median
         else None,
@@ -201,7 +202,8 @@ def rescale_savings(report: dict, rules) -> None:
     the idle time after host syncs scales by timed / profiled step; the launch-bound saving is recomputed as
     timed step - (GPU busy + kernels x the per-kernel cost left inside a CUDA graph); the kernel savings of
     channels_last (GA203) and bf16 autocast (GA302) are capped by the host's time to enqueue the step plus
-    what the fix adds to it (:func:`gpuadvisor.rules.detectors_model.host_capped_saving`). All are clipped to
+    what the fix adds to it (:func:`gpuadvisor.rules.detectors_model.host_capped_saving`), and TF32's (GA301)
+    too, unless the profile timed the step with TF32 on and off (``tf32_step_delta_us``). All are clipped to
     0 ... timed step, the findings re-ranked and the combined estimate recomputed.
     """
     summary = report["summary"]
@@ -217,7 +219,12 @@ def rescale_savings(report: dict, rules) -> None:
         saving = retime_saving(finding, by_id.get(finding["rule_id"]), float(timed), profiled, summary)
         finding["estimated_saving_us_per_step"] = round(saving, 1)
         finding["estimated_saving_pct"] = round(100.0 * saving / timed, 1)
-    capped = [f["rule_id"] for f in findings if "expected_alone_us" in (f.get("evidence") or {})]
+    timed_alone = [f["rule_id"] for f in findings if "tf32_step_delta_us" in (f.get("evidence") or {})]
+    capped = [
+        f["rule_id"]
+        for f in findings
+        if "expected_alone_us" in (f.get("evidence") or {}) and f["rule_id"] not in timed_alone
+    ]
     findings.sort(key=rank_key)
     summary["top_finding"] = findings[0]["rule_id"]
     summary.update(combined_estimate(findings, summary))
@@ -229,6 +236,11 @@ def rescale_savings(report: dict, rules) -> None:
             f", {' and '.join(capped)}'s kernel saving capped by the host's {summary['host_enqueue_us']:,.0f} µs "
             "to enqueue the step (plus what the fix adds to it)"
             if capped
+            else ""
+        )
+        + (
+            f", {' and '.join(timed_alone)}'s saving timed with TF32 on and off in a loop of the step"
+            if timed_alone
             else ""
         )
     )

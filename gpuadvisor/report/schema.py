@@ -116,7 +116,10 @@ class Summary(_Section):
     timing_wall_s: Union[Number, UnsetType] = UNSET
     # host time of one step started with the GPU idle (median of the probes; capture.timing.probe_host)
     host_enqueue_us: Union[Number, None, UnsetType] = UNSET
-    # what TF32 adds to it (median of paired probes with the tf32 fix's settings and without; profile.tf32_host_extra)
+    # what TF32 did to the step's time per step in a loop, on minus off (median over rounds; profile.tf32_step_delta)
+    tf32_step_delta_us: Union[Number, None, UnsetType] = UNSET
+    tf32_step_delta_rounds: Union[Count, None, UnsetType] = UNSET
+    # reports written before tf32_step_delta_us: what TF32 added to host_enqueue_us (paired probes)
     tf32_host_extra_us: Union[Number, None, UnsetType] = UNSET
     # host time inside torch.optim's optimizer.step() per step (capture.timing.OptimizerClock)
     optimizer_step_host_us: Union[Number, None, UnsetType] = UNSET
@@ -346,7 +349,9 @@ class Side(_Section):
     gpu_busy_us: Union[Number, UnsetType] = UNSET
     gpu_busy_pct: Union[Number, UnsetType] = UNSET
     host_enqueue_us: Union[Number, None, UnsetType] = UNSET
-    tf32_host_extra_us: Union[Number, None, UnsetType] = UNSET
+    tf32_step_delta_us: Union[Number, None, UnsetType] = UNSET
+    tf32_step_delta_rounds: Union[Count, None, UnsetType] = UNSET
+    tf32_host_extra_us: Union[Number, None, UnsetType] = UNSET  # reports written before tf32_step_delta_us
     optimizer_step_host_us: Union[Number, None, UnsetType] = UNSET
     energy_j_per_step: Union[Number, UnsetType] = UNSET
     energy_source: Union[Text, UnsetType] = UNSET
