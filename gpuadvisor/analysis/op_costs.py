@@ -321,10 +321,11 @@ def conv_output_spatial(name: str, x_shape: list, w_shape: list, concrete: list 
     (floor((H + 2p - d(k - 1) - 1) / s) + 1 per dim); None when they are not recorded, the call is a transposed
     convolution, or the numbers do not fit the shapes."""
     geometry = _conv_geometry(name, x_shape, w_shape, concrete)
-    if geometry is None:
-        return None
-    spatial, kernel = list(x_shape[2:]), list(w_shape[2:])
-    out = [(h + 2 * p - d * (k - 1) - 1) // s + 1 for h, k, (s, p, d) in zip(spatial, kernel, zip(*geometry))]
+    return None if geometry is None else _conv_output(x_shape, w_shape, geometry)
+
+
+def _conv_output(x_shape: list, w_shape: list, geometry: tuple[list[int], ...]) -> list[int] | None:
+    out = [(h + 2 * p - d * (k - 1) - 1) // s + 1 for h, k, (s, p, d) in zip(x_shape[2:], w_shape[2:], zip(*geometry))]
     return out if min(out) >= 1 else None
 
 
@@ -337,8 +338,8 @@ def conv_input_read_share(name: str, x_shape: list, w_shape: list, concrete: lis
     benchmarks/results/ncu_classes/timm_resnet50_train.csv.gz); 1 where every position is read or the geometry
     is not recorded."""
     geometry = _conv_geometry(name, x_shape, w_shape, concrete)
-    out = conv_output_spatial(name, x_shape, w_shape, concrete)
-    if geometry is None or out is None:
+    out = None if geometry is None else _conv_output(x_shape, w_shape, geometry)
+    if out is None:
         return 1.0
     share = 1.0
     for h, k, o, (s, p, d) in zip(x_shape[2:], w_shape[2:], out, zip(*geometry)):

@@ -190,7 +190,7 @@ def time_paired_blocks(
 ) -> list[float]:
     """What running the step inside ``wrap()`` (a context manager factory) does to its time per step in a loop
     of steps, µs per round (inside minus outside; negative where the step gets faster): each round times two
-    blocks of ``steps`` steps back to back with CUDA events (:func:`time_steps`), one inside ``wrap()`` and one
+    blocks of ``steps`` steps back to back with CUDA events (as :func:`time_steps` does), one inside ``wrap()`` and one
     without, the order alternating so that a slow stretch of the host's clock falls on both sides alike; a
     block's figure is the median of its steps. Each block follows an untimed call in its own setting, as the
     steps of a loop follow one another: a setting that changes cuBLAS's or cuDNN's choices pays their first-call
