@@ -80,12 +80,14 @@ MIN_TIMING_S = 5.0
 HOST_PROBES = 5
 # GA301 on a step whose host takes at least this share of it (the host probes against the timed steps): TF32
 # timed on and off in a loop of the step (tf32_step_delta), TF32_BLOCK_STEPS steps a block, two blocks a round,
-# as many rounds as fit in TF32_TIMING_S within TF32_ROUNDS. On the H100 the single-image ViT step (8 ms) then
-# times 40 rounds, 3.8 s.
+# as many rounds as fit in TF32_TIMING_S within TF32_ROUNDS. On the H100 the single-image ViT step (6-8 ms) then
+# times 120 rounds, 8-12 s. Why that many: its rounds' ratios spread so widely (p10-p90 of the differences -628
+# to +1,641 µs around a median of 314) that 40 rounds put the median within 30% of the 240-round one in 78% of
+# resamples, 120 rounds in 97% (benchmarks/results/tf32_h100/vit_b1_tf32_timed_4_r240.report.json).
 TF32_TIMED_HOST_SHARE = 0.5
 TF32_BLOCK_STEPS = 5
-TF32_TIMING_S = 4.0
-TF32_ROUNDS = (8, 40)
+TF32_TIMING_S = 12.0
+TF32_ROUNDS = (8, 120)
 MAX_TIMED_STEPS = 10_000
 
 
@@ -329,8 +331,9 @@ def measure(
 def tf32_step_delta(
     workload, run_step: StepRunner, first_index: int, display: ProgressDisplay, times: StepTimes
 ) -> list[float]:
-    """What TF32 does to the step's time per step, timed in a loop of steps with it on and off (µs per round,
-    :func:`gpuadvisor.capture.timing.time_paired_blocks`; negative: faster), where GA301's estimate needs it:
+    """What TF32 does to the step's time per step, timed in a loop of steps with it on and off (µs per round:
+    the round's ratio of on to off, :func:`gpuadvisor.capture.timing.time_paired_blocks`, less 1, times the
+    median of ``times``, the step time the report gives; negative: faster), where GA301's estimate needs it:
     the tf32 fix would apply (its own check: a CUDA GPU with TF32 tensor cores, float32 matmuls not yet in TF32,
     float32 Linear or attention weights) and the host takes at least ``TF32_TIMED_HOST_SHARE`` of the step
     (``times``: the timed steps and the host probes), where the host's time, not the kernels', may bound what
@@ -338,7 +341,9 @@ def tf32_step_delta(
     ``TF32_TIMING_S`` (``TF32_ROUNDS`` bounds them). Why: on the H100 the suite's single-image float32 ViT step
     (GPU busy 18%) got 3.5% slower with TF32 while its kernels took 2.5 ms less; its host took about 370 µs more
     per step with TF32 on (benchmarks/results/tf32_h100/rvf_vit_tf32.json), and a probe of single steps from an
-    idle GPU read that extra as anything from 128 to 1,433 µs over eight runs (benchmarks/results/tf32_h100/)."""
+    idle GPU read that extra as anything from 128 to 1,433 µs over eight runs (benchmarks/results/tf32_h100/).
+    Scaled from a ratio because the host's speed drifts: timed in µs after apply's 240 rounds, when the step had
+    slowed from 8.3 to 11.3 ms, TF32's cost read 631 µs against the 320 µs apply measured over the whole run."""
     from gpuadvisor.capture import timing
     from gpuadvisor.fixes.tf32 import Tf32Fix, tf32_allowed
 
@@ -361,7 +366,8 @@ def tf32_step_delta(
         run_step("timing (TF32 on and off)", index, total)
         display.advance()
 
-    return timing.time_paired_blocks(run, tf32_allowed, first_index, rounds, TF32_BLOCK_STEPS)
+    ratios = timing.time_paired_blocks(run, tf32_allowed, first_index, rounds, TF32_BLOCK_STEPS)
+    return [(ratio - 1.0) * step for ratio in ratios]
 
 
 def timed_step_count(timed_steps: int, per_step_s: float | None, min_time_s: float) -> int:

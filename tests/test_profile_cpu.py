@@ -553,7 +553,7 @@ def test_timing_turns_a_cuda_error_into_a_user_error_and_stops_the_sampler():
 
 def test_paired_blocks_alternate_and_time_what_the_context_does_to_the_step(monkeypatch):
     """time_paired_blocks: blocks in alternating order, each after an untimed call in its own setting; each
-    round's figure is the inside block's median step less the outside one's (here 3 ms of sleep against none)."""
+    round's figure is the inside block's median step over the outside one's (here 4 ms of sleep against 1)."""
     import contextlib
     import time
 
@@ -582,14 +582,13 @@ def test_paired_blocks_alternate_and_time_what_the_context_does_to_the_step(monk
 
     def run_step(index):
         calls.append((index, bool(inside)))
-        if inside:
-            time.sleep(0.003)
+        time.sleep(0.004 if inside else 0.001)
 
-    deltas = time_paired_blocks(run_step, wrap, 40, 3, 2)
+    ratios = time_paired_blocks(run_step, wrap, 40, 3, 2)
     assert [c[0] for c in calls] == list(range(40, 58))
     # off x3, on x3 | on x3, off x3 | off x3, on x3: the first call of each block is untimed, after a switch
     assert [c[1] for c in calls] == [False] * 3 + [True] * 6 + [False] * 6 + [True] * 3
-    assert len(deltas) == 3 and all(2_500 < x < 50_000 for x in deltas)
+    assert len(ratios) == 3 and all(2.0 < x < 8.0 for x in ratios)
 
 
 def test_tf32_is_timed_on_and_off_only_where_the_fix_applies_and_the_host_may_bound_the_step(monkeypatch):
@@ -604,7 +603,7 @@ def test_tf32_is_timed_on_and_off_only_where_the_fix_applies_and_the_host_may_bo
 
     def fake_blocks(run_step, wrap, first_index, rounds, steps):
         seen.append((first_index, rounds, steps, wrap))
-        return [280.0, 260.0, 270.0, 900.0, 265.0]
+        return [1.036, 1.0335, 1.035, 1.12, 1.034]  # ratios of on to off
 
     monkeypatch.setattr(timing_module, "time_paired_blocks", fake_blocks)
     host_bound = StepTimes([7_756.0] * 30, "stub", 0.0, host_us=[7_790.0] * 5)
@@ -616,12 +615,13 @@ def test_tf32_is_timed_on_and_off_only_where_the_fix_applies_and_the_host_may_bo
         assert tf32_step_delta(object(), lambda *a: None, 35, display, gpu_bound) == []
         assert seen == []
         delta = tf32_step_delta(object(), lambda *a: None, 35, display, host_bound)
-    # 4 s of 7.8 ms steps, two blocks of 5 (+1 untimed) a round: 42 rounds fit, 40 at most
+    # 12 s of 7.8 ms steps, two blocks of 5 (+1 untimed) a round: 128 rounds fit, 120 at most
     assert seen == [(35, profile_module.TF32_ROUNDS[1], profile_module.TF32_BLOCK_STEPS, tf32_module.tf32_allowed)]
     times = StepTimes([7_756.0], "stub", 0.0, host_us=[7_790.0], tf32_step_delta_us=delta)
-    assert times.tf32_step_delta_median_us == 270.0  # the median: one slow round does not move it
+    # each round's ratio less 1 times the timed median (7,756 µs); the median: one slow round does not move it
+    assert times.tf32_step_delta_median_us == pytest.approx(0.035 * 7_756.0)
     from gpuadvisor.report.profiled import timed_summary
 
     facts = RunFacts(Path("m.py"), Path("out"), times, None, None, "off", {}, 1)
-    assert timed_summary(facts)["tf32_step_delta_us"] == 270.0
+    assert timed_summary(facts)["tf32_step_delta_us"] == round(0.035 * 7_756.0, 2)
     assert timed_summary(facts)["tf32_step_delta_rounds"] == 5

@@ -57,8 +57,9 @@ class StepTimes:
     # Host wall time of one step started with the GPU idle (µs per probe; see the module docstring); empty when
     # no probe ran (the CPU, or host_probes=0).
     host_us: list[float] = field(default_factory=list)
-    # What the step takes longer per step with TF32 on, timed in a loop of steps (µs per round of two blocks,
-    # :func:`time_paired_blocks`; negative where it takes less); empty when not timed.
+    # What the step takes longer per step with TF32 on, timed in a loop of steps (µs per round of two blocks: the
+    # round's ratio from :func:`time_paired_blocks`, less 1, times the timed steps' median; negative where it
+    # takes less); empty when not timed.
     tf32_step_delta_us: list[float] = field(default_factory=list)
 
     @property
@@ -189,20 +190,24 @@ def time_paired_blocks(
     run_step: Callable[[int], Any], wrap: Callable[[], Any], first_index: int, rounds: int, steps: int
 ) -> list[float]:
     """What running the step inside ``wrap()`` (a context manager factory) does to its time per step in a loop
-    of steps, µs per round (inside minus outside; negative where the step gets faster): each round times two
-    blocks of ``steps`` steps back to back with CUDA events (as :func:`time_steps` does), one inside ``wrap()`` and one
-    without, the order alternating so that a slow stretch of the host's clock falls on both sides alike; a
-    block's figure is the median of its steps. Each block follows an untimed call in its own setting, as the
-    steps of a loop follow one another: a setting that changes cuBLAS's or cuDNN's choices pays their first-call
-    heuristics there. Unlike :func:`probe_host`, the GPU is not idle at each step's start: a host-bound step is
-    timed as its loop runs it, host and GPU together. ``rounds x 2 x (steps + 1)`` calls of
-    ``run_step``. CUDA only."""
+    of steps, as a ratio per round (inside over outside; under 1 where the step gets faster): each round times
+    two blocks of ``steps`` steps back to back with CUDA events (as :func:`time_steps` does), one inside
+    ``wrap()`` and one without, the order alternating so that a slow stretch of the host's clock falls on both
+    sides alike; a block's figure is the median of its steps. A ratio, not a difference, because the host's
+    speed drifts over seconds and a setting's cost on a host-bound step moves with it: on the H100 the
+    single-image ViT step's median went from 7.4 to 11.3 ms over the four quarters of apply's 240 rounds, and
+    TF32's cost from 263 to 436 µs, while the ratio stayed between 1.035 and 1.058
+    (benchmarks/results/tf32_h100/); a caller scales the ratio by the step time it reports. Each block follows
+    an untimed call in its own setting, as the steps of a loop follow one another: a setting that changes
+    cuBLAS's or cuDNN's choices pays their first-call heuristics there. Unlike :func:`probe_host`, the GPU is
+    not idle at each step's start: a host-bound step is timed as its loop runs it, host and GPU together.
+    ``rounds x 2 x (steps + 1)`` calls of ``run_step``. CUDA only."""
 
     def inside(index: int) -> None:
         with wrap():
             run_step(index)
 
-    index, deltas = first_index, []
+    index, ratios = first_index, []
     for k in range(rounds):
         medians = {}
         for wrapped in (False, True) if k % 2 == 0 else (True, False):
@@ -212,8 +217,9 @@ def time_paired_blocks(
             times = _time_cuda(lambda i, run=run, base=base: run(base + i), steps, None)
             medians[wrapped] = percentile(times.samples_us, 50)
             index += steps + 1
-        deltas.append(medians[True] - medians[False])
-    return deltas
+        if medians[False] > 0:
+            ratios.append(medians[True] / medians[False])
+    return ratios
 
 
 def _time_cuda(run_step: Callable[[int], Any], steps: int, on_step: Callable[[], None] | None) -> StepTimes:
