@@ -430,7 +430,45 @@ def main(argv: list[str] | None = None) -> int:
         help="no runs: the one pair of --pairs from a kept apply run (its report.json and before trace); "
         "merged into --base, written to --out",
     )
+    parser.add_argument(
+        "--merge",
+        metavar="RUN.json[,RUN.json]",
+        help="no runs: the entries of --pairs from earlier run files of this script (in the order given) merged "
+        "into --base as those runs would have been (the pair's entry replaced, the old one kept in earlier_runs); "
+        "each run file must name --base's GPU; written to --out",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        if not args.pairs or args.base is None:
+            parser.error("--merge takes --pairs and a --base to merge into")
+        base = json.loads(args.base.read_text())
+        wanted = {_pair_key(*parse_pair(p)) for p in args.pairs.split(",")}
+        for run_path in args.merge.split(","):
+            run = json.loads(Path(run_path).read_text())
+            if run.get("gpu") != base.get("gpu"):
+                raise SystemExit(f"error: {run_path} ran on {run.get('gpu')}, not {base.get('gpu')} as --base did")
+            entries = [
+                p for p in run.get("pairs", []) if _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) in wanted
+            ]
+            entries = [p for p in entries if p.get("date") == run.get("date")]  # this run's, not its base's
+            if not entries:
+                raise SystemExit(f"error: {run_path} did not run any of --pairs")
+            for entry in entries:
+                base["pairs"], replaced = _replace_run(base["pairs"], entry)
+                base.setdefault("earlier_runs", []).extend({**p, "replaced_by": entry["date"]} for p in replaced)
+                print(
+                    _pair_key(entry["model"], entry["rule"], entry["fix"], entry.get("batch")),
+                    entry["date"],
+                    entry["estimate_judged_us"],
+                    entry["measured_saving_us"],
+                    entry.get("within_30pct"),
+                )
+            base.setdefault("commands", []).append(run["command"])
+        base.setdefault("commands", []).append(
+            "python3 " + " ".join([os.path.relpath(__file__, ROOT), *(argv or sys.argv[1:])])
+        )
+        args.out.write_text(json.dumps(base, indent=2, ensure_ascii=False) + "\n")  # as the committed files are
+        return 0
     if args.from_kept:
         if not args.pairs or "," in args.pairs or args.base is None:
             parser.error("--from-kept takes one pair in --pairs and a --base to merge into")

@@ -207,3 +207,45 @@ def test_a_run_merged_into_a_base_keeps_what_the_file_says_of_itself(rvf, tmp_pa
     assert doc["gpu"] != "older GPU" and doc["date"] != "d1" and doc["commands"][0] == "old"
     assert [p["date"] for p in doc["pairs"]] == [doc["date"]]
     assert doc["earlier_runs"] == [{**earlier, "replaced_by": doc["date"]}]
+
+
+TF32_RUNS = [ROOT / "benchmarks" / "results" / "tf32_h100" / f"rvf_vit_tf32_ratio_{n}.json" for n in (1, 2, 3, 4)]
+
+
+def test_merge_takes_each_runs_own_entry_of_the_pair_and_keeps_the_ones_it_replaces(rvf, tmp_path):
+    """--merge: the four H100 runs of the single-image ViT's GA301/tf32 pair (2026-12-08, 240 rounds each, GA301
+    timed as a ratio of TF32 on to off over up to 120 rounds) merged into a base holding an older run: the last
+    run is the pair's entry, the others and the older one are earlier runs; each run's estimate is within 30% of
+    what apply measured (the pair's old 40-round difference of µs was in one run of four)."""
+    old = {"model": "hf_vit_infer", "rule": "GA301", "fix": "tf32", "batch": None, "date": "2026-12-06"}
+    other = {"model": "hf_vit_infer", "rule": "GA301", "fix": "tf32", "batch": 32, "date": "2026-12-06"}
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "pairs": [other, old], "commands": ["c0"]}))
+    out = tmp_path / "out.json"
+    argv = ["--out", str(out), "--base", str(base), "--pairs", "hf_vit_infer:GA301:tf32", "--merge"]
+    assert rvf.main([*argv, ",".join(str(p) for p in TF32_RUNS)]) == 0
+    doc = json.loads(out.read_text())
+    runs = [json.loads(p.read_text()) for p in TF32_RUNS]
+    assert doc["pairs"][0] == other and len(doc["pairs"]) == 2
+    assert doc["pairs"][1]["date"] == runs[3]["date"] and doc["pairs"][1]["batch"] is None
+    assert [p["date"] for p in doc["earlier_runs"]] == ["2026-12-06"] + [r["date"] for r in runs[:3]]
+    assert [p["replaced_by"] for p in doc["earlier_runs"]] == [r["date"] for r in runs]
+    assert doc["commands"][:2] == ["c0", runs[0]["command"]] and "--merge" in doc["commands"][-1]
+    for entry in [*doc["earlier_runs"][1:], doc["pairs"][1]]:
+        estimate, measured = entry["estimate_judged_us"], entry["measured_saving_us"]
+        assert estimate < 0 and measured < 0  # TF32 made this host-bound step slower, and GA301 said so
+        assert abs(measured - estimate) <= 0.3 * abs(estimate), entry["date"]
+        assert "--rounds 240" in entry["command"]
+
+
+def test_merge_refuses_a_run_from_another_gpu_or_without_the_pair(rvf, tmp_path):
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"gpu": "NVIDIA H200", "pairs": []}))
+    out = tmp_path / "out.json"
+    argv = ["--out", str(out), "--base", str(base), "--merge", str(TF32_RUNS[0]), "--pairs"]
+    with pytest.raises(SystemExit, match="ran on NVIDIA H100 80GB HBM3, not NVIDIA H200"):
+        rvf.main([*argv, "hf_vit_infer:GA301:tf32"])
+    base.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "pairs": []}))
+    with pytest.raises(SystemExit, match="did not run any of --pairs"):
+        rvf.main([*argv, "hf_gpt2_eager_attention:GA202:sdpa"])
+    assert not out.exists()
