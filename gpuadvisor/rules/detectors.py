@@ -272,8 +272,8 @@ def fp32_matmul_timed(
     evidence["tf32_step_delta_us"] = _r(delta)
     evidence["expected_alone_us"] = _r(-delta)
     evidence["basis"] = (
-        f"TF32 timed on and off in a loop of this step ({rounds or 'several'} rounds of two blocks, the median "
-        "of the rounds' differences), as the tf32 fix sets it"
+        f"TF32 timed on and off in a loop of this step ({rounds or 'several'} rounds of two blocks; the median of "
+        "the rounds' ratios of on to off, less 1, times the timed step), as the tf32 fix sets it"
     )
     finding["saving_basis"] = MEASURED_ALTERNATIVE
     gpu = as_number(evidence.get("gpu_saving_us"))
