@@ -209,14 +209,14 @@ def test_a_run_merged_into_a_base_keeps_what_the_file_says_of_itself(rvf, tmp_pa
     assert doc["earlier_runs"] == [{**earlier, "replaced_by": doc["date"]}]
 
 
-TF32_RUNS = [ROOT / "benchmarks" / "results" / "tf32_h100" / f"rvf_vit_tf32_ratio_{n}.json" for n in (1, 2, 3, 4)]
+TF32_RUNS = [ROOT / "benchmarks" / "results" / "tf32_h100" / f"rvf_vit_tf32_ratio_{n}.json" for n in range(1, 7)]
 
 
 def test_merge_takes_each_runs_own_entry_of_the_pair_and_keeps_the_ones_it_replaces(rvf, tmp_path):
-    """--merge: the four H100 runs of the single-image ViT's GA301/tf32 pair (2026-12-08, 240 rounds each, GA301
-    timed as a ratio of TF32 on to off over up to 120 rounds) merged into a base holding an older run: the last
-    run is the pair's entry, the others and the older one are earlier runs; each run's estimate is within 30% of
-    what apply measured (the pair's old 40-round difference of µs was in one run of four)."""
+    """--merge: the six H100 runs (two machines) of the single-image ViT's GA301/tf32 pair (2026-12-08, 240 rounds
+    each, GA301 timed as a ratio of TF32 on to off over up to 120 rounds) merged into a base holding an older run:
+    the last run is the pair's entry, the others and the older one are earlier runs; each run's estimate is within
+    30% of what apply measured (the pair's old 40-round difference of µs was in one run of four)."""
     old = {"model": "hf_vit_infer", "rule": "GA301", "fix": "tf32", "batch": None, "date": "2026-12-06"}
     other = {"model": "hf_vit_infer", "rule": "GA301", "fix": "tf32", "batch": 32, "date": "2026-12-06"}
     base = tmp_path / "base.json"
@@ -227,8 +227,8 @@ def test_merge_takes_each_runs_own_entry_of_the_pair_and_keeps_the_ones_it_repla
     doc = json.loads(out.read_text())
     runs = [json.loads(p.read_text()) for p in TF32_RUNS]
     assert doc["pairs"][0] == other and len(doc["pairs"]) == 2
-    assert doc["pairs"][1]["date"] == runs[3]["date"] and doc["pairs"][1]["batch"] is None
-    assert [p["date"] for p in doc["earlier_runs"]] == ["2026-12-06"] + [r["date"] for r in runs[:3]]
+    assert doc["pairs"][1]["date"] == runs[-1]["date"] and doc["pairs"][1]["batch"] is None
+    assert [p["date"] for p in doc["earlier_runs"]] == ["2026-12-06"] + [r["date"] for r in runs[:-1]]
     assert [p["replaced_by"] for p in doc["earlier_runs"]] == [r["date"] for r in runs]
     assert doc["commands"][:2] == ["c0", runs[0]["command"]] and "--merge" in doc["commands"][-1]
     for entry in [*doc["earlier_runs"][1:], doc["pairs"][1]]:
