@@ -104,6 +104,14 @@ def _replace_run(pairs: list[dict], entry: dict) -> tuple[list[dict], list[dict]
     return [p for p in pairs if not same(p)] + [entry], [p for p in pairs if same(p)]
 
 
+def _merge_run(doc: dict, entry: dict) -> None:
+    """``entry`` (a run of its pair, dated) in ``doc``'s pairs; the earlier run it replaces stays on record in
+    ``earlier_runs``, marked as replaced."""
+    doc["pairs"], replaced = _replace_run(doc["pairs"], entry)
+    if replaced:
+        doc.setdefault("earlier_runs", []).extend({**p, "replaced_by": entry["date"]} for p in replaced)
+
+
 def run_pair(
     model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps: int, timeout_s: float, batch: int | None = None
 ) -> dict:
@@ -444,7 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         base = json.loads(args.base.read_text())
         wanted = {_pair_key(*parse_pair(p)) for p in args.pairs.split(",")}
         for run_path in args.merge.split(","):
-            run = json.loads(Path(run_path).read_text())
+            try:
+                run = json.loads(Path(run_path).read_text())
+            except (OSError, ValueError) as exc:
+                raise SystemExit(f"error: cannot read {run_path}: {exc}") from None
             if run.get("gpu") != base.get("gpu"):
                 raise SystemExit(f"error: {run_path} ran on {run.get('gpu')}, not {base.get('gpu')} as --base did")
             entries = [
@@ -454,8 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             if not entries:
                 raise SystemExit(f"error: {run_path} did not run any of --pairs")
             for entry in entries:
-                base["pairs"], replaced = _replace_run(base["pairs"], entry)
-                base.setdefault("earlier_runs", []).extend({**p, "replaced_by": entry["date"]} for p in replaced)
+                _merge_run(base, entry)
                 print(
                     _pair_key(entry["model"], entry["rule"], entry["fix"], entry.get("batch")),
                     entry["date"],
@@ -536,9 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             entry = run_pair(model, rule, fix, args.apply_dir, args.rounds, args.steps, args.timeout_s, batch)
         entry["date"] = result["date"]
-        result["pairs"], replaced = _replace_run(result["pairs"], entry)
-        if replaced:  # an earlier run of the pair on another day's host stays on record, marked as replaced
-            result.setdefault("earlier_runs", []).extend({**p, "replaced_by": entry["date"]} for p in replaced)
+        _merge_run(result, entry)
         print(
             json.dumps(
                 {

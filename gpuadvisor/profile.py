@@ -81,7 +81,7 @@ HOST_PROBES = 5
 # GA301 on a step whose host takes at least this share of it (the host probes against the timed steps): TF32
 # timed on and off in a loop of the step (tf32_step_delta), TF32_BLOCK_STEPS steps a block, two blocks a round,
 # as many rounds as fit in TF32_TIMING_S within TF32_ROUNDS. On the H100 the single-image ViT step (6-8 ms) then
-# times 120 rounds, 8-12 s. Why that many: its rounds' ratios spread so widely (p10-p90 of the differences -628
+# times 120 rounds, 8-12 s. Why that many: its rounds spread so widely (p10-p90 of the differences -628
 # to +1,641 µs around a median of 314) that 40 rounds put the median within 30% of the 240-round one in 78% of
 # resamples, 120 rounds in 97% (benchmarks/results/tf32_h100/vit_b1_tf32_timed_4_r240.report.json).
 TF32_TIMED_HOST_SHARE = 0.5
@@ -342,8 +342,8 @@ def tf32_step_delta(
     (GPU busy 18%) got 3.5% slower with TF32 while its kernels took 2.5 ms less; its host took about 370 µs more
     per step with TF32 on (benchmarks/results/tf32_h100/rvf_vit_tf32.json), and a probe of single steps from an
     idle GPU read that extra as anything from 128 to 1,433 µs over eight runs (benchmarks/results/tf32_h100/).
-    Scaled from a ratio because the host's speed drifts: timed in µs after apply's 240 rounds, when the step had
-    slowed from 8.3 to 11.3 ms, TF32's cost read 631 µs against the 320 µs apply measured over the whole run."""
+    Scaled from a ratio because the host's speed drifts: timed in µs after apply's 240 rounds (median step 8.3 ms
+    over them, 11.3 ms over the last quarter), TF32's cost read 631 µs against the 320 µs apply measured."""
     from gpuadvisor.capture import timing
     from gpuadvisor.fixes.tf32 import Tf32Fix, tf32_allowed
 
