@@ -112,6 +112,43 @@ def _merge_run(doc: dict, entry: dict) -> None:
         doc.setdefault("earlier_runs", []).extend({**p, "replaced_by": entry["date"]} for p in replaced)
 
 
+def merge_runs(base: dict, run_paths: list[str], wanted: set[str]) -> None:
+    """The entries of the pairs in ``wanted`` that each run file in ``run_paths`` ran itself (dated as the run,
+    not merged in from its own base), merged into ``base`` in order as those runs would have been, each run's
+    command appended to ``base``'s. Refuses a run from another GPU than ``base``'s, one without such a pair, and
+    one ``base`` already holds (among its pairs or earlier runs)."""
+    for run_path in run_paths:
+        try:
+            run = json.loads(Path(run_path).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"error: cannot read {run_path}: {exc}") from None
+        if run.get("gpu") != base.get("gpu"):
+            raise SystemExit(f"error: {run_path} ran on {run.get('gpu')}, not {base.get('gpu')} as --base did")
+        entries = [
+            p
+            for p in run.get("pairs", [])
+            if p.get("date") == run.get("date") and _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) in wanted
+        ]
+        if not entries:
+            raise SystemExit(f"error: {run_path} did not run any of --pairs")
+        held = {(p.get("date"), p.get("command")) for p in [*base.get("pairs", []), *base.get("earlier_runs", [])]}
+        if any((entry["date"], entry.get("command")) in held for entry in entries):
+            raise SystemExit(f"error: --base already holds the run of {run_path} ({run['date']})")
+        for entry in entries:
+            _merge_run(base, entry)
+            print(
+                entry["model"],
+                entry["rule"],
+                entry["fix"],
+                entry.get("batch"),
+                entry["date"],
+                entry["estimate_judged_us"],
+                entry["measured_saving_us"],
+                entry.get("within_30pct"),
+            )
+        base.setdefault("commands", []).append(run["command"])
+
+
 def run_pair(
     model: str, rule: str, fix: str, out_dir: Path, rounds: int, steps: int, timeout_s: float, batch: int | None = None
 ) -> dict:
@@ -450,30 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.pairs or args.base is None:
             parser.error("--merge takes --pairs and a --base to merge into")
         base = json.loads(args.base.read_text())
-        wanted = {_pair_key(*parse_pair(p)) for p in args.pairs.split(",")}
-        for run_path in args.merge.split(","):
-            try:
-                run = json.loads(Path(run_path).read_text())
-            except (OSError, ValueError) as exc:
-                raise SystemExit(f"error: cannot read {run_path}: {exc}") from None
-            if run.get("gpu") != base.get("gpu"):
-                raise SystemExit(f"error: {run_path} ran on {run.get('gpu')}, not {base.get('gpu')} as --base did")
-            entries = [
-                p for p in run.get("pairs", []) if _pair_key(p["model"], p["rule"], p["fix"], p.get("batch")) in wanted
-            ]
-            entries = [p for p in entries if p.get("date") == run.get("date")]  # this run's, not its base's
-            if not entries:
-                raise SystemExit(f"error: {run_path} did not run any of --pairs")
-            for entry in entries:
-                _merge_run(base, entry)
-                print(
-                    _pair_key(entry["model"], entry["rule"], entry["fix"], entry.get("batch")),
-                    entry["date"],
-                    entry["estimate_judged_us"],
-                    entry["measured_saving_us"],
-                    entry.get("within_30pct"),
-                )
-            base.setdefault("commands", []).append(run["command"])
+        merge_runs(base, args.merge.split(","), {_pair_key(*parse_pair(p)) for p in args.pairs.split(",")})
         base.setdefault("commands", []).append(
             "python3 " + " ".join([os.path.relpath(__file__, ROOT), *(argv or sys.argv[1:])])
         )

@@ -238,7 +238,7 @@ def test_merge_takes_each_runs_own_entry_of_the_pair_and_keeps_the_ones_it_repla
         assert "--rounds 240" in entry["command"]
 
 
-def test_merge_refuses_a_run_from_another_gpu_or_without_the_pair(rvf, tmp_path):
+def test_merge_refuses_a_run_from_another_gpu_without_the_pair_or_already_merged(rvf, tmp_path):
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"gpu": "NVIDIA H200", "pairs": []}))
     out = tmp_path / "out.json"
@@ -248,4 +248,10 @@ def test_merge_refuses_a_run_from_another_gpu_or_without_the_pair(rvf, tmp_path)
     base.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "pairs": []}))
     with pytest.raises(SystemExit, match="did not run any of --pairs"):
         rvf.main([*argv, "hf_gpt2_eager_attention:GA202:sdpa"])
+    assert not out.exists()
+    assert rvf.main([*argv, "hf_vit_infer:GA301:tf32"]) == 0  # merging the same run twice would list it twice
+    base.write_text(out.read_text())
+    out.unlink()
+    with pytest.raises(SystemExit, match="already holds the run of .*rvf_vit_tf32_ratio_1.json"):
+        rvf.main([*argv, "hf_vit_infer:GA301:tf32"])
     assert not out.exists()
