@@ -776,8 +776,10 @@ def main() -> None:
     try:
         # Inside the try: a Ctrl-C while the handlers are being installed is still one line and exit 130.
         from gpuadvisor import interrupt
+        from gpuadvisor.crash import report_native_crashes
 
         interrupt.install()
+        report_native_crashes()
         code = app(standalone_mode=False)
     except GpuAdvisorError as exc:
         if _DEBUG:

@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("error: run by `gpuadvisor profile --nproc N` (torchrun sets RANK and WORLD_SIZE)\n")
         sys.exit(2)
     ranks.watch_parent()  # never outlive torchrun
+    from gpuadvisor.crash import report_native_crashes
+
+    report_native_crashes()  # a native crash names where it happened (gpuadvisor.crash)
     staging = Path(args.staging)
     control = staging / ranks.CONTROL_DIR
     ranks.write_control(control, info.rank, "pid", str(os.getpid()))
