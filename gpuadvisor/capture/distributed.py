@@ -354,16 +354,19 @@ def current_phase(control_dir: Path, rank: int = 0) -> str | None:
         return None
 
 
-# torchrun's failure summary: "  rank      : 1 (local_rank: 1)" and "  exitcode  : -9 (pid: 1234)".
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
-_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+# One failure in torchrun's summary: "  rank      : 1 (local_rank: 1)" then "  exitcode  : -6 (pid: 123)".
+_SUMMARY_FAILURE = re.compile(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+# What a rank says when a peer went away under it: gpuadvisor's barrier, gloo's and NCCL's transports.
+_LOST_PEER = re.compile(
+    r"another rank stopped|Connection (?:closed|reset) by peer|Broken pipe|remote process exited", re.IGNORECASE
+)
 
 
 def first_failure(control_dir: Path, returncode: int, log_path: Path | None) -> GpuAdvisorError:
-    """The error to report after torchrun exited with ``returncode`` != 0: the rank that failed first (the
-    earliest ``rank{r}.error.json``: the others fail after it, when its connections close), with its cause
-    and its exit code. A rank that died without a word (a signal, the OOM killer) is named from torchrun's
-    failure summary in the log."""
+    """The error to report after torchrun exited with ``returncode`` != 0: the rank that failed first, with its
+    cause and its exit code. That is the earliest ``rank{r}.error.json`` (the others fail after it, when its
+    connections close), unless a rank died without a word (a signal in torchrun's failure summary: a native
+    crash, the OOM killer) and every error written only says that a peer went away: then it is that rank."""
     records = []
     for path in Path(control_dir).glob(f"rank*{_ERROR_SUFFIX}"):
         try:
@@ -371,7 +374,18 @@ def first_failure(control_dir: Path, returncode: int, log_path: Path | None) -> 
         except (OSError, ValueError):
             continue
     records = [r for r in records if isinstance(r, dict) and isinstance(r.get("rank"), int)]
-    if records:
+    text = ""
+    if log_path is not None:
+        try:
+            text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+    # (rank, exit code) as the summary lists them: the other failures, then its root cause.
+    failures = [(int(rank), int(code)) for rank, code in _SUMMARY_FAILURE.findall(text)]
+    recorded = {r["rank"] for r in records}
+    silent = [(rank, code) for rank, code in failures if code < 0 and rank not in recorded]
+    consequences = all(_LOST_PEER.search(str(r.get("message") or "")) for r in records)
+    if records and not (silent and consequences):
         first = min(records, key=lambda r: (float(r.get("time") or 0), r["rank"]))
         message = f"rank {first['rank']}: {first.get('message') or 'failed'}"
         code = first.get("exit_code")
@@ -381,22 +395,29 @@ def first_failure(control_dir: Path, returncode: int, log_path: Path | None) -> 
         if isinstance(code, int) and code not in (0, UserCodeError.exit_code):
             error.exit_code = code  # e.g. 70: an internal error in that rank
         return error
-    text = ""
-    if log_path is not None:
-        try:
-            text = Path(log_path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            text = ""
-    rank = _SUMMARY_RANK.search(text)
-    code = _SUMMARY_EXIT.search(text)
-    who = f"rank {rank.group(1)}" if rank else "a rank"
-    if code and int(code.group(1)) < 0:
-        how = f"was killed by signal {_signal_name(-int(code.group(1)))}"
-    elif code:
-        how = f"exited with code {code.group(1)}"
+    if silent:
+        rank, code = failures[-1] if failures[-1] in silent else silent[0]
+        how = f"was killed by signal {_signal_name(-code)}{_crash_site(text)}"
+    elif failures:
+        rank, code = failures[-1]
+        how = f"exited with code {code}"
     else:
-        how = f"failed (torchrun exited with code {returncode})"
+        rank, how = None, f"failed (torchrun exited with code {returncode})"
+    who = "a rank" if rank is None else f"rank {rank}"
     return UserCodeError(f"{who} {how} without reporting an error (rerun with --debug to see the ranks' output)")
+
+
+# faulthandler's report of a native crash (gpuadvisor.crash): the crashing thread's stack, innermost frame first.
+_CRASH_FRAME = re.compile(r"^Current thread [^\n]*\n\s*File \"([^\"]*)\", line (\d+) in (\S+)", re.MULTILINE)
+
+
+def _crash_site(text: str) -> str:
+    """`` in FILE:LINE (FUNCTION)``: where the first native crash in the ranks' output happened; "" when the
+    output has no faulthandler report."""
+    frame = _CRASH_FRAME.search(text)
+    if frame is None:
+        return ""
+    return f" in {Path(frame.group(1)).name}:{frame.group(2)} ({frame.group(3)})"
 
 
 def _signal_name(number: int) -> str:
