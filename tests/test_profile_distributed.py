@@ -411,14 +411,26 @@ def test_first_failure_from_torchrun_summary(tmp_path):
     assert str(error).startswith("rank 1 was killed by signal SIGKILL") and error.exit_code == 3
 
 
-def test_first_failure_names_a_rank_killed_by_a_signal_not_the_rank_it_left_waiting(tmp_path):
-    # rank 0 saw rank 1's connection close and wrote its error; rank 1 wrote none: torchrun's root cause is it.
-    launcher.write_error(tmp_path, 0, 3, "another rank stopped while this one waited for it (Connection reset)")
-    log = tmp_path / "torchrun.log"
+def torchrun_summary(folder: Path, root: tuple[int, int], *others: tuple[int, int]) -> Path:
+    """A log ending in torchrun's failure summary: the ``others`` (rank, exit code) first, then the root cause."""
+
+    def failure(index: int, rank: int, code: int) -> str:
+        return f"[{index}]:\n  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {100 + rank})\n"
+
+    log = folder / "torchrun.log"
     log.write_text(
-        "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 3 (pid: 8)\n"
-        "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -6 (pid: 9)\n"
+        "Failures:\n"
+        + "".join(failure(i + 1, *other) for i, other in enumerate(others))
+        + "Root Cause (first observed failure):\n"
+        + failure(0, *root)
     )
+    return log
+
+
+def test_first_failure_names_a_rank_killed_by_a_signal_not_the_rank_it_left_waiting(tmp_path):
+    # rank 0 saw rank 1's connection close and wrote its error; rank 1, killed, wrote none: it is the cause
+    launcher.write_error(tmp_path, 0, 3, "another rank stopped while this one waited for it (Connection reset)")
+    log = torchrun_summary(tmp_path, (1, -6), (0, 3))
     error = launcher.first_failure(tmp_path, 1, log)
     assert str(error).startswith("rank 1 was killed by signal SIGABRT without reporting an error")
 
@@ -426,20 +438,12 @@ def test_first_failure_names_a_rank_killed_by_a_signal_not_the_rank_it_left_wait
 def test_first_failure_keeps_a_real_error_over_a_rank_killed_after_it(tmp_path):
     # rank 0 raised; torchrun stopped rank 1, which had to be killed (SIGKILL): rank 0's error is the cause
     launcher.write_error(tmp_path, 0, 3, "model.py: step() raised ValueError: boom")
-    log = tmp_path / "torchrun.log"
-    log.write_text(
-        "Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 9)\n"
-        "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 3 (pid: 8)\n"
-    )
+    log = torchrun_summary(tmp_path, (0, 3), (1, -9))
     assert str(launcher.first_failure(tmp_path, 1, log)) == "rank 0: model.py: step() raised ValueError: boom"
 
 
 def test_first_failure_reads_the_root_cause_not_the_failures_listed_before_it(tmp_path):
-    log = tmp_path / "torchrun.log"  # as torchrun printed it in CI: the SIGTERMed rank listed first
-    log.write_text(
-        "Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 130 (pid: 14914)\n"
-        "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -6 (pid: 1)\n"
-    )
+    log = torchrun_summary(tmp_path, (0, -6), (1, 130))  # as torchrun printed it in CI: the SIGTERMed rank first
     assert str(launcher.first_failure(tmp_path, 1, log)).startswith("rank 0 was killed by signal SIGABRT")
 
 
